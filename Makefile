@@ -1,0 +1,109 @@
+# tq - one non-recursive Makefile.  Targets: all check check-asan install clean.
+# V=1 shows the commands.
+
+PREFIX  ?= /usr/local
+BINDIR  ?= $(PREFIX)/bin
+LIBDIR  ?= $(PREFIX)/lib
+INCDIR  ?= $(PREFIX)/include
+MANDIR  ?= $(PREFIX)/share/man
+DESTDIR ?=
+
+CC      ?= cc
+PKGS     = hdf5 openblas lapacke libzstd libxxhash
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+
+OPT     ?= -O2 -g
+WARN     = -Wall -Wextra -Wshadow -Wcast-align -Wpointer-arith -Wstrict-prototypes \
+           -Wmissing-prototypes -Wvla -Wformat=2 -Wno-unused-parameter
+CFLAGS  ?= $(OPT)
+ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -pthread $(WARN) \
+             -Ilib $(PKG_CFLAGS) $(CFLAGS) $(EXTRA_CFLAGS)
+LDLIBS   = $(PKG_LIBS) -lm -pthread
+
+BUILD   ?= build
+ifeq ($(V),1)
+Q =
+else
+Q = @
+endif
+
+LIB_SRC  = $(wildcard lib/*.c)
+KERN_SRC = lib/kern/scan_scalar.c lib/kern/dispatch.c
+KERN_ISA = $(wildcard lib/kern/scan_avx2.c lib/kern/scan_avx512.c)
+LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/%.o) $(KERN_SRC:%.c=$(BUILD)/%.o) $(KERN_ISA:%.c=$(BUILD)/%.o)
+PROGS    = tq-fit tq-encode tq-build tq-search tq-recall tq-inspect
+PROG_BIN = $(PROGS:%=$(BUILD)/bin/%)
+CMD_COMMON = $(BUILD)/cmd/common.o
+UNIT_SRC = $(wildcard tests/unit/test_*.c)
+UNIT_BIN = $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+LIBA     = $(BUILD)/lib/libtq.a
+
+all: $(LIBA) $(PROG_BIN) lib/libtq.a
+	@mkdir -p bin && for p in $(PROGS); do ln -sf ../$(BUILD)/bin/$$p bin/$$p; done
+
+# The library is also linked to lib/libtq.a as the product's documented path.
+lib/libtq.a: $(LIBA)
+	$(Q)cp $(LIBA) $@
+
+$(BUILD)/%.o: %.c lib/tq.h lib/internal.h
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+# Each instruction-set kernel is compiled with its own flags; the rest of
+# the build stays baseline x86-64.
+$(BUILD)/lib/kern/scan_avx2.o: ALL_CFLAGS += -mavx2 -mfma -mbmi2
+$(BUILD)/lib/kern/scan_avx512.o: ALL_CFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512vbmi -mavx512vnni -mbmi2
+
+$(LIBA): $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  AR      $@")
+	$(Q)rm -f $@ && $(AR) rcs $@ $^
+
+$(BUILD)/bin/%: $(BUILD)/cmd/%.o $(CMD_COMMON) $(LIBA)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/cmd/%.o: cmd/%.c lib/tq.h cmd/common.h
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(ALL_CFLAGS) -Icmd -c -o $@ $<
+
+$(BUILD)/tests/%: tests/unit/%.c tests/unit/unit.h $(LIBA)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(ALL_CFLAGS) -Itests/unit -o $@ $< $(LIBA) $(LDLIBS)
+
+units: $(UNIT_BIN)
+
+# make check: C unit tests, malformed-file tests and the CLI tests (bats).
+check: all units
+	@./tests/run-unit $(UNIT_BIN)
+	@TQ_BIN=$(CURDIR)/$(BUILD)/bin bats tests/cli
+
+# The same suite under AddressSanitizer and UndefinedBehaviorSanitizer.
+check-asan:
+	$(MAKE) BUILD=build-asan OPT="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" check
+
+check-valgrind: all units
+	@TQ_VALGRIND=1 ./tests/run-unit $(UNIT_BIN)
+
+man-lint:
+	mandoc -Tlint -Wwarning man/*.1 man/*.5
+
+install: all
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCDIR) \
+	    $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5
+	install -m 755 $(PROG_BIN) $(DESTDIR)$(BINDIR)
+	install -m 644 $(LIBA) $(DESTDIR)$(LIBDIR)
+	install -m 644 lib/tq.h $(DESTDIR)$(INCDIR)
+	install -m 644 man/*.1 $(DESTDIR)$(MANDIR)/man1
+	install -m 644 man/tq.5 $(DESTDIR)$(MANDIR)/man5
+
+clean:
+	rm -rf build build-asan bin lib/libtq.a
+
+.PHONY: all units check check-asan check-valgrind man-lint install clean
+.SECONDARY:

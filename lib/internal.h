@@ -1,0 +1,433 @@
+/*
+ * internal.h - shared internals of libtq: error macros, little-endian
+ * helpers, checked arithmetic, the file layout constants and the internal
+ * interfaces between the library's layers.  Not installed.
+ */
+#ifndef TQ_INTERNAL_H
+#define TQ_INTERNAL_H
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "tq.h"
+
+/* ------------------------------------------------------------------------ */
+/* Errors                                                                    */
+
+/* Records a printf-style detail for tq_errdetail() and returns st. */
+enum tq_status tq_fail(enum tq_status st, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Clears the detail. */
+void tq_clear_detail(void);
+
+#define TQ_TRY(expr) do { \
+	enum tq_status tq_try_st_ = (expr); \
+	if (tq_try_st_ != TQ_OK) \
+		return tq_try_st_; \
+} while (0)
+
+/* ------------------------------------------------------------------------ */
+/* Little-endian fields                                                      */
+
+static inline uint16_t rd_le16(const uint8_t *p)
+{
+	return (uint16_t)(p[0] | (uint16_t)p[1] << 8);
+}
+static inline uint32_t rd_le32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+	    (uint32_t)p[3] << 24;
+}
+static inline uint64_t rd_le64(const uint8_t *p)
+{
+	return (uint64_t)rd_le32(p) | (uint64_t)rd_le32(p + 4) << 32;
+}
+static inline float rd_lef32(const uint8_t *p)
+{
+	uint32_t u = rd_le32(p);
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+static inline void wr_le16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+}
+static inline void wr_le32(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+	p[2] = (uint8_t)(v >> 16);
+	p[3] = (uint8_t)(v >> 24);
+}
+static inline void wr_le64(uint8_t *p, uint64_t v)
+{
+	wr_le32(p, (uint32_t)v);
+	wr_le32(p + 4, (uint32_t)(v >> 32));
+}
+static inline void wr_lef32(uint8_t *p, float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	wr_le32(p, u);
+}
+
+/* IEEE half precision, round to nearest even. */
+uint16_t tq_f32_to_f16(float f);
+float tq_f16_to_f32(uint16_t h);
+
+/* ------------------------------------------------------------------------ */
+/* Checked arithmetic: return 0 on success, nonzero on overflow.             */
+
+static inline int ck_mul(size_t a, size_t b, size_t *r)
+{
+	return __builtin_mul_overflow(a, b, r);
+}
+static inline int ck_add(size_t a, size_t b, size_t *r)
+{
+	return __builtin_add_overflow(a, b, r);
+}
+static inline int ck_mul64(uint64_t a, uint64_t b, uint64_t *r)
+{
+	return __builtin_mul_overflow(a, b, r);
+}
+static inline int ck_add64(uint64_t a, uint64_t b, uint64_t *r)
+{
+	return __builtin_add_overflow(a, b, r);
+}
+
+/* malloc of a*b bytes with overflow check; NULL on failure (errno set). */
+void *tq_mallocarray(size_t a, size_t b);
+void *tq_callocarray(size_t a, size_t b);
+
+/* Number of online processors (>= 1). */
+unsigned tq_ncpu(void);
+
+/* ------------------------------------------------------------------------ */
+/* File layout (specified in man/tq.5)                                        */
+
+/*
+ * Every tq file (quantizer or index) is a container:
+ *
+ *   header, 64 bytes at offset 0
+ *     0  u8[8]  magic "\x89TQF\r\n\x1a\n"
+ *     8  u32    format version (TQ_FORMAT_VERSION)
+ *    12  u32    kind (1 quantizer, 2 index)
+ *    16  u32    number of sections (1 .. TQ_MAX_SECTIONS)
+ *    20  u32    header size (64)
+ *    24  u64    file size in bytes
+ *    32  u64    offset of the section table (64)
+ *    40  u64    XXH64 (seed 0) of the section table
+ *    48  u64    reserved, 0
+ *    56  u64    XXH64 (seed 0) of header bytes 0..55
+ *
+ *   section table, nsections entries of 32 bytes
+ *     0  u8[4]  tag (four ASCII characters)
+ *     4  u32    flags, 0
+ *     8  u64    offset of the payload, a multiple of 64
+ *    16  u64    length of the payload in bytes
+ *    24  u64    XXH64 (seed 0) of the payload
+ *
+ *   payloads, each starting at a 64-byte aligned offset, zero padding
+ *   between.  Sections may come in any order; unknown tags are skipped.
+ *   Sections must not overlap each other, the header or the table, and
+ *   must end within the file.
+ */
+#define TQ_MAGIC "\x89TQF\r\n\x1a\n"
+#define TQ_FORMAT_VERSION 1u
+#define TQ_HEADER_SIZE 64u
+#define TQ_SECTION_ENTRY 32u
+#define TQ_MAX_SECTIONS 64u
+#define TQ_ALIGN 64u
+
+#define TQ_TAG(a, b, c, d) \
+	((uint32_t)(a) | (uint32_t)(b) << 8 | (uint32_t)(c) << 16 | \
+	    (uint32_t)(d) << 24)
+
+/*
+ * Quantizer sections (present in quantizer and index files):
+ *
+ * QPAR, 64 bytes:
+ *     0 u32 dim      4 u32 bits     8 u32 metric (0 ip, 1 cosine, 2 l2)
+ *    12 u32 flags: bit 0 centred, bit 1 scale search
+ *    16 u64 seed    24 u32 rotation kind (1 dense, 2 structured)
+ *    28 u32 number of codebook levels (2^bits)
+ *    32 u32 field bits (4 or 6)   36 u32 coordinates per field
+ *    40 u32 fields per vector (padded, multiple of 4)
+ *    44 .. 63 reserved, 0
+ * ROTM  rotation.  Dense: dim*dim f32, row-major R, y = R x.
+ *       Structured: see rotation.c (its length is checked against dim).
+ * CBOK  codebook: 2^bits f32 centroids ascending, then 2^bits - 1 f32
+ *       boundaries (midpoints), for the law of one coordinate of a rotated
+ *       unit vector at this dim (values in [-1, 1], not scaled by sqrt(d)).
+ * CENT  2*dim f32: the centre c, then R c.  All zero when not centred.
+ *
+ * Index sections:
+ *
+ * IPAR, 64 bytes:
+ *     0 u64 n (vectors)   8 u64 number of 32-vector blocks
+ *    16 u32 block size (32)   20 u32 bytes per block of codes
+ *    24 u32 originals (0 none, 1 f32, 2 f16)   28 u32 factors per vector (3)
+ *    32 .. 63 reserved, 0
+ * CODE  nblocks * block_bytes: the codes in the blocked scan layout below.
+ * FACT  nblocks * 32 * 3 f32: per block, s[32], b'[32], |x|^2[32].
+ *       Padding rows (past n) are zero.
+ * IDS   n u64 external ids.
+ * ORIG  n * dim f32 or f16 originals (for cosine: normalised).
+ */
+#define TQ_TAG_QPAR TQ_TAG('Q', 'P', 'A', 'R')
+#define TQ_TAG_ROTM TQ_TAG('R', 'O', 'T', 'M')
+#define TQ_TAG_CBOK TQ_TAG('C', 'B', 'O', 'K')
+#define TQ_TAG_CENT TQ_TAG('C', 'E', 'N', 'T')
+#define TQ_TAG_IPAR TQ_TAG('I', 'P', 'A', 'R')
+#define TQ_TAG_CODE TQ_TAG('C', 'O', 'D', 'E')
+#define TQ_TAG_FACT TQ_TAG('F', 'A', 'C', 'T')
+#define TQ_TAG_IDS  TQ_TAG('I', 'D', 'S', ' ')
+#define TQ_TAG_ORIG TQ_TAG('O', 'R', 'I', 'G')
+
+#define TQ_QPAR_SIZE 64u
+#define TQ_IPAR_SIZE 64u
+#define TQ_QFLAG_CENTRED 1u
+#define TQ_QFLAG_SCALE_SEARCH 2u
+
+/*
+ * The blocked scan layout.
+ *
+ * A vector's coordinates (in rotated order, padded with code 0 up to
+ * nfields * coords_per_field) are grouped into fields:
+ *
+ *   bits 4: 1 coordinate per 4-bit field      (16-entry table)
+ *   bits 2: 2 coordinates per 4-bit field     (code = c0 | c1 << 2)
+ *   bits 1: 4 coordinates per 4-bit field     (code = c0 | c1<<1 | c2<<2 | c3<<3)
+ *   bits 3: 2 coordinates per 6-bit field     (code = c0 | c1 << 3; 64 entries)
+ *
+ * nfields = ceil(dim / coords_per_field) rounded up to a multiple of 4.
+ * A padded coordinate's table entries are 0, so it adds nothing.
+ *
+ * Vectors are stored in blocks of 32.  Within a block, for 4-bit fields,
+ * each field f occupies 16 bytes: byte j (0..15) holds the field of vector
+ * j in its low nibble and of vector j+16 in its high nibble.  So a block is
+ * nfields * 16 bytes, and one pshufb over a 16-byte row looks up 16
+ * vectors; an AVX2 register holds two consecutive fields.
+ *
+ * For 6-bit fields (3 bits), fields go in groups of four (f0..f3), 96 bytes
+ * per group: three rows of 32 bytes A, B, C, byte j for vector j:
+ *   A[j] = f0 | (f3 & 3) << 6
+ *   B[j] = f1 | ((f3 >> 2) & 3) << 6
+ *   C[j] = f2 | (f3 >> 4) << 6
+ * so a 64-entry byte permute (vpermb) indexes A, B and C directly and f3
+ * is three shifts away.  A block is nfields / 4 * 96 bytes.
+ *
+ * Rows past n in the last block have all codes 0.
+ */
+#define TQ_BLOCK 32u
+
+/* ------------------------------------------------------------------------ */
+/* Quantizer internals                                                       */
+
+struct tq_quantizer {
+	uint32_t dim;
+	unsigned bits;
+	enum tq_metric metric;
+	uint32_t flags;			/* TQ_QFLAG_* */
+	uint64_t seed;
+	enum tq_rotation rotation;	/* resolved: DENSE or STRUCTURED */
+	unsigned nlevels;		/* 2^bits */
+	unsigned field_bits;		/* 4 or 6 */
+	unsigned coords_per_field;
+	uint32_t nfields;		/* padded to a multiple of 4 */
+	float centroids[16];		/* ascending, unit-vector scale */
+	float bounds[15];		/* midpoints */
+	float *rot;			/* rotation payload (ROTM) */
+	size_t rot_len;			/* bytes of rot */
+	float *centre;			/* dim floats (zero if not centred) */
+	float *rcentre;			/* R * centre, dim floats */
+	void *mem;			/* if non-NULL, frees rot/centre */
+	int borrowed;			/* rot/centre point into a mapping */
+};
+
+/* Fills field_bits, coords_per_field, nfields from dim and bits. */
+void tq_quantizer_layout(struct tq_quantizer *q);
+
+/* Lloyd-Max codebook for the coordinate law at dim d with 2^bits levels. */
+enum tq_status tq_codebook(uint32_t d, unsigned bits, float *centroids,
+    float *bounds);
+
+/*
+ * Rotation payload: generated from the seed (tq_rotation_make, malloc'd
+ * into *payload, *len bytes), validated against dim when loaded
+ * (tq_rotation_check), and applied to n row vectors: y = R x
+ * (tq_rotate) or x = R^T y (tq_rotate_inv).  x and y are n*dim, distinct.
+ */
+enum tq_status tq_rotation_make(uint32_t dim, enum tq_rotation kind,
+    uint64_t seed, float **payload, size_t *len);
+enum tq_status tq_rotation_check(uint32_t dim, enum tq_rotation kind,
+    const void *payload, size_t len);
+void tq_rotate(const struct tq_quantizer *q, const float *x, size_t n,
+    float *y);
+void tq_rotate_inv(const struct tq_quantizer *q, const float *y, size_t n,
+    float *x);
+
+/*
+ * Encodes n rows into unpacked codes (one byte per coordinate, n*dim) and
+ * factors (n*TQ_NFACTORS).  The public tq_encode packs these.
+ */
+enum tq_status tq_encode_unpacked(const struct tq_quantizer *q,
+    const float *x, size_t n, uint8_t *codes, float *factors);
+
+/* Packs/unpacks one vector's codes for the row (stream) format. */
+void tq_pack_row(const struct tq_quantizer *q, const uint8_t *codes,
+    uint8_t *packed);
+void tq_unpack_row(const struct tq_quantizer *q, const uint8_t *packed,
+    uint8_t *codes);
+
+/* Bytes of one 32-vector block of codes. */
+size_t tq_block_bytes(const struct tq_quantizer *q);
+/*
+ * Writes one block from `rows` (<= 32) vectors of unpacked codes
+ * (rows*dim bytes); rows past `rows` are zero.
+ */
+void tq_pack_block(const struct tq_quantizer *q, const uint8_t *codes,
+    size_t rows, uint8_t *block);
+/* Reads back the unpacked codes of vector j (0..31) of a block. */
+void tq_unpack_block_row(const struct tq_quantizer *q, const uint8_t *block,
+    unsigned j, uint8_t *codes);
+
+/* Serialises the quantizer sections into the writer of a container. */
+struct tq_filewriter;
+enum tq_status tq_quantizer_write_sections(const struct tq_quantizer *q,
+    struct tq_filewriter *fw);
+
+/* ------------------------------------------------------------------------ */
+/* Container files (format.c)                                                */
+
+/* A validated, read-only mapping of a tq file. */
+struct tq_file {
+	const uint8_t *base;
+	size_t size;
+	uint32_t version;
+	enum tq_file_kind kind;
+	uint32_t nsections;
+	struct tq_section_info sec[TQ_MAX_SECTIONS];
+};
+
+/* Maps and validates header, table and section bounds. */
+enum tq_status tq_file_map(const char *path, struct tq_file *f);
+void tq_file_unmap(struct tq_file *f);
+/* Finds a section; returns its payload or NULL (and *len = 0). */
+const uint8_t *tq_file_section(const struct tq_file *f, uint32_t tag,
+    uint64_t *len);
+/*
+ * Builds a quantizer whose arrays point into the mapping (borrowed) after
+ * checking QPAR, ROTM, CBOK and CENT.  With copy != 0 the arrays are
+ * copied so the file may be unmapped.
+ */
+enum tq_status tq_quantizer_from_file(const struct tq_file *f, int copy,
+    struct tq_quantizer **out);
+
+/*
+ * Writing: sections are appended in order with tq_fw_begin / tq_fw_write
+ * (any number of times) / tq_fw_end; the payload is hashed as it is
+ * written.  The file goes to a temporary name in the destination's
+ * directory and is renamed into place by tq_fw_commit after fsync.
+ */
+enum tq_status tq_fw_open(const char *path, enum tq_file_kind kind,
+    unsigned max_sections, struct tq_filewriter **out);
+enum tq_status tq_fw_begin(struct tq_filewriter *fw, uint32_t tag);
+enum tq_status tq_fw_write(struct tq_filewriter *fw, const void *p,
+    size_t n);
+enum tq_status tq_fw_end(struct tq_filewriter *fw);
+/*
+ * Reserves a section of known length at the current end; its payload is
+ * then written in order by tq_fw_put calls (several reserved sections may
+ * be filled in interleaved order, each sequentially).
+ */
+enum tq_status tq_fw_reserve(struct tq_filewriter *fw, uint32_t tag,
+    uint64_t length, unsigned *slot);
+enum tq_status tq_fw_put(struct tq_filewriter *fw, unsigned slot,
+    const void *p, size_t n);
+enum tq_status tq_fw_commit(struct tq_filewriter *fw);
+void tq_fw_abort(struct tq_filewriter *fw);
+
+/*
+ * Creates "<dir>/.<base>.tmp.XXXXXX" beside path (mode 0600); returns the
+ * descriptor and the malloc'd name, or -1 with errno set.
+ */
+int tq_tmpfile_beside(const char *path, char **tmpname);
+
+/* ------------------------------------------------------------------------ */
+/* Index internals                                                           */
+
+struct tq_index {
+	struct tq_file file;
+	struct tq_quantizer *q;		/* borrowed arrays into file */
+	uint64_t n;
+	uint64_t nblocks;
+	size_t block_bytes;
+	enum tq_originals originals;
+	const uint8_t *codes;		/* nblocks * block_bytes */
+	const float *factors;		/* nblocks * 32 * 3 (aligned, LE host) */
+	const uint8_t *ids;		/* n * 8, little-endian */
+	const uint8_t *orig;		/* n * dim * (4 or 2) */
+};
+
+static inline uint64_t tq_index_id(const struct tq_index *ix, uint64_t i)
+{
+	return rd_le64(ix->ids + 8 * i);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Search internals                                                          */
+
+/*
+ * Per-query lookup tables: for each field f, `entries` (16 or 64) u8
+ * values lut[f * entries + v], and the affine map back to the float inner
+ * product <R q, yhat> ~= scale * sum + bias.
+ */
+struct tq_lut {
+	uint8_t *lut;		/* nfields * entries */
+	unsigned entries;
+	float scale;
+	float bias;
+};
+
+/* Builds quantized tables from a rotated query (dim floats). */
+void tq_lut_build(const struct tq_quantizer *q, const float *rq,
+    struct tq_lut *t);
+
+/*
+ * The scan kernel: for nblocks consecutive blocks, writes 32 u32 sums per
+ * block: acc[b*32 + j] = sum over fields f of lut[f*entries + field(b,j,f)].
+ * Kernels differ only in speed: every kernel produces identical sums.
+ */
+typedef void (*tq_scan_fn)(const uint8_t *blocks, size_t nblocks,
+    size_t block_bytes, unsigned nfields, unsigned field_bits,
+    const uint8_t *lut, uint32_t *acc);
+
+void tq_scan_scalar(const uint8_t *blocks, size_t nblocks,
+    size_t block_bytes, unsigned nfields, unsigned field_bits,
+    const uint8_t *lut, uint32_t *acc);
+
+/* The kernel chosen for this machine (TQ_ISA overrides). */
+tq_scan_fn tq_scan_kernel(void);
+
+/* A bounded top-k heap of (key, id): higher key better, ties smaller id. */
+struct tq_topk {
+	uint32_t k, len;
+	float *key;
+	uint64_t *id;
+};
+enum tq_status tq_topk_init(struct tq_topk *h, uint32_t k);
+void tq_topk_free(struct tq_topk *h);
+void tq_topk_reset(struct tq_topk *h);
+/* Inserts if it belongs in the top k. */
+void tq_topk_push(struct tq_topk *h, float key, uint64_t id);
+/* Would (key, id) enter the heap? */
+int tq_topk_admits(const struct tq_topk *h, float key, uint64_t id);
+/* Sorts best first in place (the heap property is lost). */
+void tq_topk_sort(struct tq_topk *h);
+
+#endif /* TQ_INTERNAL_H */

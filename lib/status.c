@@ -1,0 +1,179 @@
+/* status.c - status strings, the per-thread failure detail, small helpers. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+const char *
+tq_strerror(enum tq_status st)
+{
+	switch (st) {
+	case TQ_OK:		return "success";
+	case TQ_ERR_NOMEM:	return "out of memory";
+	case TQ_ERR_IO:		return "input/output error";
+	case TQ_ERR_FORMAT:	return "malformed input";
+	case TQ_ERR_CHECKSUM:	return "checksum mismatch";
+	case TQ_ERR_VERSION:	return "unsupported format version";
+	case TQ_ERR_ARG:	return "invalid argument";
+	case TQ_ERR_MISMATCH:	return "mismatched parameters";
+	case TQ_ERR_NONFINITE:	return "value is NaN or infinite";
+	case TQ_ERR_EMPTY:	return "no vectors";
+	case TQ_ERR_OVERFLOW:	return "size overflow";
+	case TQ_ERR_UNSUPPORTED: return "unsupported";
+	case TQ_ERR_NUMERIC:	return "numerical failure";
+	case TQ_ERR_NOORIG:	return "index has no originals";
+	}
+	return "unknown error";
+}
+
+static _Thread_local char detail[512];
+
+const char *
+tq_errdetail(void)
+{
+	return detail;
+}
+
+void
+tq_clear_detail(void)
+{
+	detail[0] = '\0';
+}
+
+enum tq_status
+tq_fail(enum tq_status st, const char *fmt, ...)
+{
+	int saved = errno;
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(detail, sizeof(detail), fmt, ap);
+	va_end(ap);
+	errno = saved;
+	return st;
+}
+
+void *
+tq_mallocarray(size_t a, size_t b)
+{
+	size_t n;
+
+	if (ck_mul(a, b, &n)) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	return malloc(n ? n : 1);
+}
+
+void *
+tq_callocarray(size_t a, size_t b)
+{
+	if (a == 0 || b == 0)
+		return calloc(1, 1);
+	return calloc(a, b);
+}
+
+unsigned
+tq_ncpu(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+	return n < 1 ? 1u : n > 1024 ? 1024u : (unsigned)n;
+}
+
+const char *
+tq_metric_name(enum tq_metric m)
+{
+	switch (m) {
+	case TQ_METRIC_IP:	return "ip";
+	case TQ_METRIC_COSINE:	return "cosine";
+	case TQ_METRIC_L2:	return "l2";
+	}
+	return "?";
+}
+
+enum tq_status
+tq_metric_parse(const char *name, enum tq_metric *out)
+{
+	if (strcmp(name, "ip") == 0 || strcmp(name, "dot") == 0)
+		*out = TQ_METRIC_IP;
+	else if (strcmp(name, "cosine") == 0 || strcmp(name, "angular") == 0)
+		*out = TQ_METRIC_COSINE;
+	else if (strcmp(name, "l2") == 0 || strcmp(name, "euclidean") == 0)
+		*out = TQ_METRIC_L2;
+	else
+		return tq_fail(TQ_ERR_ARG, "unknown metric '%s' "
+		    "(expected ip, cosine or l2)", name);
+	return TQ_OK;
+}
+
+/* IEEE 754 binary16 conversions, round to nearest even. */
+uint16_t
+tq_f32_to_f16(float f)
+{
+	uint32_t x, sign, mant;
+	int32_t exp;
+
+	memcpy(&x, &f, 4);
+	sign = (x >> 16) & 0x8000u;
+	exp = (int32_t)((x >> 23) & 0xff);
+	mant = x & 0x7fffffu;
+	if (exp == 0xff)
+		return (uint16_t)(sign | 0x7c00u | (mant ? 0x200u : 0));
+	exp -= 127 - 15;
+	if (exp >= 0x1f)
+		return (uint16_t)(sign | 0x7c00u);
+	if (exp <= 0) {
+		uint32_t shift, half, r;
+
+		if (exp < -10)
+			return (uint16_t)sign;
+		mant |= 0x800000u;
+		shift = (uint32_t)(14 - exp);
+		half = 1u << (shift - 1);
+		r = mant >> shift;
+		if ((mant & ((1u << shift) - 1)) > half ||
+		    ((mant & ((1u << shift) - 1)) == half && (r & 1)))
+			r++;
+		return (uint16_t)(sign | r);
+	}
+	{
+		uint32_t h = sign | (uint32_t)exp << 10 | (mant >> 13);
+		uint32_t rem = mant & 0x1fffu;
+
+		if (rem > 0x1000u || (rem == 0x1000u && (h & 1)))
+			h++;	/* may carry into the exponent: still correct */
+		return (uint16_t)h;
+	}
+}
+
+float
+tq_f16_to_f32(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+	uint32_t exp = (h >> 10) & 0x1f;
+	uint32_t mant = h & 0x3ffu;
+	uint32_t x;
+	float f;
+
+	if (exp == 0) {
+		if (mant == 0) {
+			x = sign;
+		} else {
+			exp = 127 - 15 + 1;
+			while (!(mant & 0x400u)) {
+				mant <<= 1;
+				exp--;
+			}
+			x = sign | exp << 23 | (mant & 0x3ffu) << 13;
+		}
+	} else if (exp == 0x1f) {
+		x = sign | 0x7f800000u | mant << 13;
+	} else {
+		x = sign | (exp + 127 - 15) << 23 | mant << 13;
+	}
+	memcpy(&f, &x, 4);
+	return f;
+}

@@ -1,0 +1,413 @@
+/*
+ * tq.h - the public interface of libtq, compressed nearest-neighbour search
+ * built on TurboQuant (Zandieh et al., arXiv:2504.19874).
+ *
+ * This header is the manual.  Every function returns an enum tq_status
+ * (TQ_OK on success) unless it is a pure accessor.  On failure, errno is
+ * left as the failing system call set it (for TQ_ERR_IO) and
+ * tq_errdetail() gives a one-line description of what went wrong in the
+ * calling thread ("row 17: value is NaN or infinite", "section CODE: ends
+ * past the end of the file").  The library never prints and never exits.
+ *
+ * Handles are opaque.  Every open/create has a matching close/free that
+ * accepts NULL.  Unless stated otherwise a handle may be used by one thread
+ * at a time; an open struct tq_index is read-only after tq_index_open() and
+ * may be searched from any number of threads at once.
+ *
+ * All files are little-endian; their layout is specified in tq(5).
+ */
+#ifndef TQ_H
+#define TQ_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TQ_VERSION_STRING "0.1.0"
+
+/* Largest supported vector dimension. */
+#define TQ_MAX_DIM 65536u
+
+/* Status codes.  The values are pinned: they may be stored or compared. */
+enum tq_status {
+	TQ_OK = 0,
+	TQ_ERR_NOMEM = 1,	/* allocation failed */
+	TQ_ERR_IO = 2,		/* a system call failed; errno says why */
+	TQ_ERR_FORMAT = 3,	/* input is malformed or truncated */
+	TQ_ERR_CHECKSUM = 4,	/* a section's checksum does not match */
+	TQ_ERR_VERSION = 5,	/* file version newer than this library */
+	TQ_ERR_ARG = 6,		/* invalid argument or parameter */
+	TQ_ERR_MISMATCH = 7,	/* dimension, metric or quantizer mismatch */
+	TQ_ERR_NONFINITE = 8,	/* input holds NaN or infinity */
+	TQ_ERR_EMPTY = 9,	/* input holds no vectors */
+	TQ_ERR_OVERFLOW = 10,	/* a size computation would overflow */
+	TQ_ERR_UNSUPPORTED = 11,/* valid but not supported (format, type) */
+	TQ_ERR_NUMERIC = 12,	/* a numerical routine (LAPACK) failed */
+	TQ_ERR_NOORIG = 13	/* re-rank asked of an index without originals */
+};
+
+/* A static English string for a status; never NULL. */
+const char *tq_strerror(enum tq_status st);
+
+/*
+ * Detail of the last failure in the calling thread, as one line without a
+ * trailing newline, or "" if none was recorded.  Valid until the next libtq
+ * call in this thread.
+ */
+const char *tq_errdetail(void);
+
+/* ------------------------------------------------------------------------ */
+/* Metrics                                                                   */
+
+/*
+ * TQ_METRIC_IP:     score = <q, x>, higher is better.
+ * TQ_METRIC_COSINE: score = <q/|q|, x/|x|>, higher is better.  Vectors are
+ *                   normalised when encoded; a zero vector stays zero.
+ * TQ_METRIC_L2:     score = |q - x|^2 (squared Euclidean), lower is better.
+ */
+enum tq_metric {
+	TQ_METRIC_IP = 0,
+	TQ_METRIC_COSINE = 1,
+	TQ_METRIC_L2 = 2
+};
+
+/* "ip", "cosine", "l2". */
+const char *tq_metric_name(enum tq_metric m);
+/* Parses a metric name (also "dot" for ip, "euclidean" for l2). */
+enum tq_status tq_metric_parse(const char *name, enum tq_metric *out);
+
+/* ------------------------------------------------------------------------ */
+/* Vector input                                                              */
+
+/*
+ * A reader streams rows of float32 vectors from a file, in chunks, without
+ * ever holding the whole file.  The format is detected from the content
+ * (magic numbers) and, where the content cannot tell, from the name:
+ *
+ *   fixture   u32 dim, u32 n, then n*dim float32        (name: anything)
+ *   .fvecs    per row: i32 dim, dim float32
+ *   .ivecs    per row: i32 dim, dim int32   (converted to float)
+ *   .bvecs    per row: i32 dim, dim uint8   (converted to float)
+ *   .npy      NumPy v1/v2/v3, 2-D, float32 or float64, C order, little-endian
+ *   IDX       idx3-ubyte / idx2 files (MNIST, Fashion-MNIST), big-endian
+ *             header, uint8/float data; rows are the flattened images
+ *   HDF5      ann-benchmarks files; the dataset is chosen by `dataset`
+ *   zstd      any of the byte formats above, zstd-compressed (by magic)
+ *
+ * `path` "-" is standard input (not for HDF5, which needs a seekable file).
+ * `dataset` names the HDF5 dataset ("train", "test", ...) and is ignored by
+ * the other formats; NULL means "train".
+ *
+ * Every row read is checked: a NaN or infinite value fails the read with
+ * TQ_ERR_NONFINITE and a detail naming the row.
+ */
+struct tq_reader;
+
+enum tq_status tq_reader_open(const char *path, const char *dataset,
+    struct tq_reader **out);
+/* Vector dimension (>= 1). */
+uint32_t tq_reader_dim(const struct tq_reader *r);
+/* Number of rows, or -1 when the stream does not say until its end. */
+int64_t tq_reader_count(const struct tq_reader *r);
+/* Short name of the detected format: "fixture", "fvecs", "hdf5", ... */
+const char *tq_reader_format(const struct tq_reader *r);
+/* 1 if the file holds integers (ivecs, integer HDF5 datasets, IDX bytes). */
+int tq_reader_is_integer(const struct tq_reader *r);
+/*
+ * Reads up to `max` rows into `rows` (max*dim floats).  *got is the number
+ * read; 0 means end of input.  A short count before the end never happens:
+ * the reader fills the buffer unless the input ends.
+ */
+enum tq_status tq_reader_read(struct tq_reader *r, float *rows, size_t max,
+    size_t *got);
+/* Same, for integer data (ground-truth neighbour lists); values as int32. */
+enum tq_status tq_reader_read_i32(struct tq_reader *r, int32_t *rows,
+    size_t max, size_t *got);
+void tq_reader_close(struct tq_reader *r);
+
+/*
+ * Reads a whole vector file into a newly malloc'd array (*rows, n*dim).
+ * Memory grows with the rows actually read, never with what a header
+ * claims.  The caller frees *rows.
+ */
+enum tq_status tq_read_all(const char *path, const char *dataset,
+    float **rows, uint32_t *dim, size_t *n);
+
+/*
+ * External ids: a text file of one unsigned decimal integer per line, or,
+ * when the name ends in ".u64", raw little-endian uint64.  Streams like a
+ * reader.
+ */
+struct tq_ids_reader;
+enum tq_status tq_ids_open(const char *path, struct tq_ids_reader **out);
+enum tq_status tq_ids_read(struct tq_ids_reader *r, uint64_t *ids,
+    size_t max, size_t *got);
+void tq_ids_close(struct tq_ids_reader *r);
+
+/*
+ * Copies the string attribute `name` of the root group of an HDF5 file
+ * (ann-benchmarks keeps the metric in "distance") into buf[len], NUL-
+ * terminated.  TQ_ERR_FORMAT if the file is not HDF5 or has no such string
+ * attribute, TQ_ERR_OVERFLOW if it does not fit in len - 1 bytes.
+ */
+enum tq_status tq_hdf5_attr_string(const char *path, const char *name,
+    char *buf, size_t len);
+
+/*
+ * Vector output.  A writer to a path writes a temporary file beside it and
+ * renames it into place in tq_writer_commit() after fsync: the destination
+ * is either untouched or complete.  "-" writes to standard output.
+ * `n` is the row count if known, or TQ_COUNT_UNKNOWN (the fixture header is
+ * then patched at commit, or for a pipe the rows are spooled first).
+ */
+#define TQ_COUNT_UNKNOWN UINT64_MAX
+
+enum tq_vecfmt {
+	TQ_VEC_FIXTURE = 0,
+	TQ_VEC_FVECS = 1,
+	TQ_VEC_IVECS = 2
+};
+
+struct tq_writer;
+enum tq_status tq_writer_open(const char *path, enum tq_vecfmt fmt,
+    uint32_t dim, uint64_t n, struct tq_writer **out);
+enum tq_status tq_writer_write(struct tq_writer *w, const float *rows,
+    size_t n);
+/* For TQ_VEC_IVECS. */
+enum tq_status tq_writer_write_i32(struct tq_writer *w, const int32_t *rows,
+    size_t n);
+/* Flushes, fsyncs, renames into place and frees w (also on failure). */
+enum tq_status tq_writer_commit(struct tq_writer *w);
+/* Discards the output (the destination keeps its old content); frees w. */
+void tq_writer_abort(struct tq_writer *w);
+
+/* ------------------------------------------------------------------------ */
+/* Quantizer                                                                 */
+
+/*
+ * A quantizer is everything needed to encode a vector identically in every
+ * process: dimension, bits, metric, the random rotation (persisted, never
+ * regenerated on load), the Lloyd-Max codebook for the exact law of a
+ * rotated unit-vector coordinate at this dimension, and the data mean used
+ * for centring (zero when fitted without data).
+ */
+struct tq_quantizer;
+
+enum tq_rotation {
+	TQ_ROT_AUTO = 0,	/* dense up to TQ_DENSE_MAX_DIM, else structured */
+	TQ_ROT_DENSE = 1,	/* Haar-random orthogonal d x d (QR, LAPACK) */
+	TQ_ROT_STRUCTURED = 2	/* product of sparse orthogonal factors that
+				   mixes all coordinates; O(d log d) memory */
+};
+#define TQ_DENSE_MAX_DIM 4096u
+
+struct tq_fit_params {
+	uint32_t dim;		/* 1 .. TQ_MAX_DIM; 0 = take it from `data` */
+	unsigned bits;		/* 1, 2, 3 or 4 */
+	enum tq_metric metric;
+	uint64_t seed;		/* rotation seed */
+	enum tq_rotation rotation;
+	int scale_search;	/* 1: exact per-vector scale search on encode */
+	uint64_t sample;	/* rows of `data` used for the mean; 0 = all */
+};
+
+/* Default parameters: bits 4, metric l2, seed 42, auto rotation. */
+void tq_fit_params_default(struct tq_fit_params *p);
+
+/*
+ * Makes a quantizer.  With `data` != NULL the mean of the (for cosine,
+ * normalised) vectors is stored as the centre; with NULL the centre is 0.
+ * The result depends only on the parameters and the data: the same
+ * arguments give the same bytes.
+ */
+enum tq_status tq_quantizer_fit(const struct tq_fit_params *p,
+    struct tq_reader *data, struct tq_quantizer **out);
+/* Writes a quantizer file atomically (temporary file, fsync, rename). */
+enum tq_status tq_quantizer_save(const struct tq_quantizer *q,
+    const char *path);
+/* Loads a quantizer file, or the quantizer inside an index file. */
+enum tq_status tq_quantizer_load(const char *path, struct tq_quantizer **out);
+void tq_quantizer_free(struct tq_quantizer *q);
+
+uint32_t tq_quantizer_dim(const struct tq_quantizer *q);
+unsigned tq_quantizer_bits(const struct tq_quantizer *q);
+enum tq_metric tq_quantizer_metric(const struct tq_quantizer *q);
+int tq_quantizer_centred(const struct tq_quantizer *q);
+/* Bytes of one vector's packed codes in a code stream: ceil(dim*bits/8). */
+size_t tq_code_bytes(const struct tq_quantizer *q);
+
+/*
+ * Per-vector factors, 3 floats per vector: s, b' (see tq(5)) and |x|^2
+ * (the last only meaningful for l2).
+ */
+#define TQ_NFACTORS 3
+
+/*
+ * Encodes n vectors (n*dim floats, finite) into packed codes
+ * (n*tq_code_bytes) and factors (n*TQ_NFACTORS).  Uses BLAS for the
+ * rotation.  Thread-safe on one quantizer.
+ */
+enum tq_status tq_encode(const struct tq_quantizer *q, const float *x,
+    size_t n, uint8_t *codes, float *factors);
+/* Reconstructs approximate vectors from packed codes and factors. */
+enum tq_status tq_decode(const struct tq_quantizer *q, const uint8_t *codes,
+    const float *factors, size_t n, float *out);
+
+/*
+ * A 64-bit fingerprint of the quantizer's bytes (parameters, rotation,
+ * codebook, centre): equal fingerprints mean identical encodings.
+ */
+uint64_t tq_quantizer_fingerprint(const struct tq_quantizer *q);
+
+/*
+ * Code streams (tq-encode): a 48-byte header, then one record per vector:
+ * tq_code_bytes(q) bytes of packed codes (coordinate j of the rotated
+ * vector at bits [j*bits, (j+1)*bits) of the little-endian bit string)
+ * followed by TQ_NFACTORS little-endian f32 factors.  See tq(5).
+ */
+#define TQ_CODES_HEADER 48u
+/* Record bytes per vector in a code stream. */
+size_t tq_codes_record_bytes(const struct tq_quantizer *q);
+/* Fills a header for `n` records (TQ_COUNT_UNKNOWN if not known). */
+void tq_codes_header(const struct tq_quantizer *q, uint64_t n,
+    uint8_t hdr[TQ_CODES_HEADER]);
+/*
+ * Checks a header against q: magic, version, dim, bits, metric and
+ * fingerprint (TQ_ERR_MISMATCH if the codes came from another quantizer).
+ * *n receives the count (TQ_COUNT_UNKNOWN: records run to end of file).
+ */
+enum tq_status tq_codes_check(const struct tq_quantizer *q,
+    const uint8_t hdr[TQ_CODES_HEADER], uint64_t *n);
+
+/* ------------------------------------------------------------------------ */
+/* Index                                                                     */
+
+enum tq_originals {
+	TQ_ORIG_NONE = 0,
+	TQ_ORIG_F32 = 1,
+	TQ_ORIG_F16 = 2
+};
+
+struct tq_build_params {
+	enum tq_originals originals;	/* default TQ_ORIG_F32 */
+	unsigned threads;		/* 0 = all cores; output never depends on it */
+};
+void tq_build_params_default(struct tq_build_params *p);
+
+/*
+ * Builds an index file from `corpus` in one streaming pass, with memory
+ * bounded by a chunk of rows (independent of the corpus size).  `ids`, when
+ * not NULL, gives one external id per row (it must hold exactly as many);
+ * otherwise the ids are the row numbers 0, 1, ...  The output is written
+ * to a temporary file and renamed into place: `path` is never left torn.
+ * Fails with TQ_ERR_MISMATCH if the corpus dimension is not the
+ * quantizer's, TQ_ERR_EMPTY if the corpus has no rows.
+ */
+enum tq_status tq_build(const struct tq_quantizer *q,
+    struct tq_reader *corpus, struct tq_ids_reader *ids,
+    const struct tq_build_params *p, const char *path);
+
+struct tq_index;
+
+/*
+ * Maps an index file read-only and validates its header, section table,
+ * every section's size and offset and the quantizer parameters before any
+ * use.  Checksums are not verified here (see tq_file_verify); the open
+ * costs no work proportional to the number of vectors.
+ */
+enum tq_status tq_index_open(const char *path, struct tq_index **out);
+void tq_index_close(struct tq_index *ix);
+
+const struct tq_quantizer *tq_index_quantizer(const struct tq_index *ix);
+uint64_t tq_index_count(const struct tq_index *ix);
+enum tq_originals tq_index_originals(const struct tq_index *ix);
+
+struct tq_search_params {
+	uint32_t k;		/* results per query, >= 1 */
+	float oversample;	/* > 1: re-rank k*oversample candidates exactly
+				   from the stored originals; <= 1: no re-rank */
+	unsigned threads;	/* 0 = all cores; results never depend on it */
+};
+void tq_search_params_default(struct tq_search_params *p);
+
+/*
+ * Searches nq queries (nq*dim floats).  Writes nq*k ids and scores, best
+ * first, ties broken by smaller id.  Scores follow the metric (squared
+ * distance for l2).  If the index holds fewer than k vectors the missing
+ * slots get id UINT64_MAX and score NaN.
+ */
+enum tq_status tq_search(const struct tq_index *ix, const float *queries,
+    size_t nq, const struct tq_search_params *p, uint64_t *ids,
+    float *scores);
+
+/*
+ * Exact top-k by brute force (BLAS sgemm), streaming the corpus from a
+ * reader in chunks: memory is O(nq*k + chunk).  Result ids are row numbers
+ * of the corpus, ties broken by smaller row.  For ground truth.
+ */
+enum tq_status tq_exact_search(struct tq_reader *corpus, enum tq_metric m,
+    const float *queries, size_t nq, uint32_t dim, uint32_t k,
+    unsigned threads, uint64_t *ids, float *scores);
+
+/* ------------------------------------------------------------------------ */
+/* Files: inspection and verification                                        */
+
+enum tq_file_kind {
+	TQ_FILE_QUANTIZER = 1,
+	TQ_FILE_INDEX = 2
+};
+
+struct tq_section_info {
+	char tag[5];		/* four-character code, NUL-terminated */
+	uint64_t offset;
+	uint64_t length;
+	uint64_t checksum;	/* stored XXH64 of the payload */
+};
+
+struct tq_file_info {
+	enum tq_file_kind kind;
+	uint32_t version;
+	uint64_t file_size;
+	uint32_t nsections;
+	struct tq_section_info sections[32];	/* the first 32 */
+	/* quantizer */
+	uint32_t dim;
+	unsigned bits;
+	enum tq_metric metric;
+	uint64_t seed;
+	enum tq_rotation rotation;
+	int centred;
+	int scale_search;
+	/* index (zero for a quantizer file) */
+	uint64_t count;
+	enum tq_originals originals;
+	double bytes_per_vector;	/* codes + factors + ids */
+	double original_bytes_per_vector;
+};
+
+/* Opens and validates a file (as tq_index_open) and describes it. */
+enum tq_status tq_file_info(const char *path, struct tq_file_info *out);
+
+/*
+ * Checks every section checksum.  On TQ_ERR_CHECKSUM, tq_errdetail()
+ * names the first bad section.
+ */
+enum tq_status tq_file_verify(const char *path);
+
+/* Name of the scan kernel in use ("scalar", "avx2", "avx512"). */
+const char *tq_kernel_name(void);
+/*
+ * Instruction-set features detected on this machine and usable (the OS
+ * saves their registers), space-separated, e.g. "sse4.2 avx avx2 fma bmi2
+ * avx512f avx512bw avx512vl avx512vbmi avx512vnni"; "" if none.  Static.
+ */
+const char *tq_cpu_features(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TQ_H */
