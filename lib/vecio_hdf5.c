@@ -1,0 +1,515 @@
+/*
+ * vecio_hdf5.c - ann-benchmarks HDF5 files: one 2-D dataset read by
+ * hyperslab, and string attributes of the root group ("distance").
+ *
+ * HDF5 files are hostile input like any other: only hard links are
+ * followed (an external link would open another file), datasets whose raw
+ * data lives in external or virtual storage are refused (they would read
+ * other files), and a dataset whose storage is not all allocated is
+ * refused rather than read as fill values, so a small file cannot claim
+ * billions of rows.  HDF5's own error printing is switched off; the
+ * innermost message of its error stack goes into the failure detail.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <hdf5.h>
+
+#include "internal.h"
+#include "vecio_impl.h"
+
+/* Rows of 8-byte values converted per step through the scratch buffer. */
+#define SCRATCH_BYTES ((size_t)1 << 20)
+
+/* How values travel from the file into memory. */
+enum h5mem { M_F32, M_F64, M_I32, M_I64, M_U64 };
+
+struct tq_h5 {
+	hid_t file, dset, space;
+	char name[64];		/* dataset name, for details */
+	uint32_t dim;
+	uint64_t n;
+	enum h5mem mem;
+	int is_integer;
+	void *scratch;
+	size_t scratch_rows;
+};
+
+static void
+h5_quiet(void)
+{
+	H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+}
+
+static herr_t
+h5_first_desc(unsigned n, const H5E_error2_t *e, void *arg)
+{
+	char *out = arg;
+
+	if (n == 0 && e->desc != NULL)
+		snprintf(out, 160, "%s", e->desc);
+	return 0;
+}
+
+/* tq_fail with the innermost HDF5 error message appended. */
+static enum tq_status
+h5_fail(enum tq_status st, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static enum tq_status
+h5_fail(enum tq_status st, const char *fmt, ...)
+{
+	char what[256], desc[160] = "";
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
+	H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, h5_first_desc, desc);
+	H5Eclear2(H5E_DEFAULT);
+	if (desc[0] != '\0')
+		return tq_fail(st, "%s (HDF5: %s)", what, desc);
+	return tq_fail(st, "%s", what);
+}
+
+static void
+h5_close_id(hid_t *id, herr_t (*fn)(hid_t))
+{
+	if (*id >= 0)
+		fn(*id);
+	*id = -1;
+}
+
+static hid_t
+h5_open_file(const char *path)
+{
+	hid_t fapl, f;
+
+	if ((fapl = H5Pcreate(H5P_FILE_ACCESS)) < 0)
+		return -1;
+	H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG);
+#if H5_VERSION_GE(1, 10, 7)
+	/* Reading needs no lock; some file systems refuse them. */
+	H5Pset_file_locking(fapl, 0, 1);
+#endif
+	f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+	H5Pclose(fapl);
+	return f;
+}
+
+/* Is `name` a hard link in the root group? */
+static int
+h5_hard_link(hid_t file, const char *name)
+{
+	H5L_info_t li;
+
+	if (strchr(name, '/') != NULL || strcmp(name, ".") == 0)
+		return 0;
+	if (H5Lexists(file, name, H5P_DEFAULT) <= 0)
+		return 0;
+	if (H5Lget_info(file, name, &li, H5P_DEFAULT) < 0)
+		return 0;
+	return li.type == H5L_TYPE_HARD;
+}
+
+/* "train, test, ..." : the datasets of the root group, for a detail. */
+static void
+h5_list(hid_t file, char *out, size_t cap)
+{
+	H5G_info_t gi;
+	hsize_t i;
+	size_t len = 0;
+
+	out[0] = '\0';
+	if (H5Gget_info(file, &gi) < 0)
+		return;
+	for (i = 0; i < gi.nlinks && i < 256; i++) {
+		char name[64];
+		ssize_t k;
+		hid_t o;
+		int isdata;
+
+		k = H5Lget_name_by_idx(file, ".", H5_INDEX_NAME, H5_ITER_INC,
+		    i, name, sizeof(name), H5P_DEFAULT);
+		if (k <= 0 || (size_t)k >= sizeof(name) ||
+		    !h5_hard_link(file, name))
+			continue;
+		if ((o = H5Oopen(file, name, H5P_DEFAULT)) < 0)
+			continue;
+		isdata = H5Iget_type(o) == H5I_DATASET;
+		H5Oclose(o);
+		if (!isdata || len + (size_t)k + 3 >= cap)
+			continue;
+		len += (size_t)snprintf(out + len, cap - len, "%s%s",
+		    len ? ", " : "", name);
+	}
+	H5Eclear2(H5E_DEFAULT);
+}
+
+/* Refuses layouts that read other files or that are not all there. */
+static enum tq_status
+h5_check_storage(struct tq_h5 *h, const hsize_t dims[2], size_t esz)
+{
+	enum tq_status st = TQ_OK;
+	hid_t dcpl = H5Dget_create_plist(h->dset);
+	H5D_layout_t layout;
+	hsize_t cdims[2], want, have;
+
+	if (dcpl < 0)
+		return h5_fail(TQ_ERR_FORMAT, "dataset '%s': no creation "
+		    "properties", h->name);
+	layout = H5Pget_layout(dcpl);
+	if (H5Pget_external_count(dcpl) != 0 || layout == H5D_VIRTUAL) {
+		st = tq_fail(TQ_ERR_UNSUPPORTED, "dataset '%s' keeps its data "
+		    "in other files", h->name);
+	} else if (layout == H5D_CHUNKED) {
+#if H5_VERSION_GE(1, 10, 5)
+		if (H5Pget_chunk(dcpl, 2, cdims) != 2 || cdims[0] == 0 ||
+		    cdims[1] == 0) {
+			st = h5_fail(TQ_ERR_FORMAT, "dataset '%s': bad chunk "
+			    "layout", h->name);
+		} else {
+			want = ((dims[0] + cdims[0] - 1) / cdims[0]) *
+			    ((dims[1] + cdims[1] - 1) / cdims[1]);
+			if (H5Dget_num_chunks(h->dset, h->space, &have) < 0 ||
+			    have < want)
+				st = h5_fail(TQ_ERR_FORMAT, "dataset '%s' is "
+				    "incomplete (unwritten chunks)", h->name);
+		}
+#else
+		(void)cdims;
+		(void)want;
+		(void)have;
+#endif
+	} else if (layout == H5D_CONTIGUOUS) {
+		have = H5Dget_storage_size(h->dset);
+		want = dims[0] * dims[1] * esz;
+		if (have < want)
+			st = tq_fail(TQ_ERR_FORMAT, "dataset '%s' is incomplete "
+			    "(%llu of %llu bytes stored)", h->name,
+			    (unsigned long long)have, (unsigned long long)want);
+	}
+	H5Pclose(dcpl);
+	return st;
+}
+
+static enum tq_status
+h5_type(struct tq_h5 *h, size_t *esz)
+{
+	hid_t t = H5Dget_type(h->dset);
+	H5T_class_t cls;
+	H5T_sign_t sign;
+	size_t size;
+
+	if (t < 0)
+		return h5_fail(TQ_ERR_FORMAT, "dataset '%s': no type", h->name);
+	cls = H5Tget_class(t);
+	size = H5Tget_size(t);
+	sign = H5Tget_sign(t);
+	H5Tclose(t);
+	*esz = size;
+	if (cls == H5T_FLOAT && size >= 2 && size <= 16) {
+		h->mem = size <= 4 ? M_F32 : M_F64;
+		h->is_integer = 0;
+	} else if (cls == H5T_INTEGER && size >= 1 && size <= 8) {
+		h->is_integer = 1;
+		if (sign == H5T_SGN_2)
+			h->mem = size <= 4 ? M_I32 : M_I64;
+		else
+			h->mem = size <= 2 ? M_I32 : size <= 4 ? M_I64 :
+			    M_U64;
+	} else {
+		return tq_fail(TQ_ERR_UNSUPPORTED, "dataset '%s' holds neither "
+		    "floats nor integers", h->name);
+	}
+	return TQ_OK;
+}
+
+static enum tq_status
+h5_open(struct tq_h5 *h, const char *path, const char *dataset)
+{
+	hsize_t dims[2];
+	size_t esz = 0;
+	int nd;
+	char names[256];
+
+	if (strlen(dataset) >= sizeof(h->name))
+		return tq_fail(TQ_ERR_ARG, "dataset name too long");
+	snprintf(h->name, sizeof(h->name), "%s", dataset);
+	if ((h->file = h5_open_file(path)) < 0)
+		return h5_fail(TQ_ERR_FORMAT, "not a readable HDF5 file");
+	if (*dataset == '\0' || !h5_hard_link(h->file, dataset)) {
+		h5_list(h->file, names, sizeof(names));
+		return tq_fail(TQ_ERR_FORMAT, "no dataset '%s' (has: %s)",
+		    dataset, names[0] ? names : "none");
+	}
+	if ((h->dset = H5Dopen2(h->file, dataset, H5P_DEFAULT)) < 0)
+		return h5_fail(TQ_ERR_FORMAT, "'%s' is not a dataset",
+		    dataset);
+	if ((h->space = H5Dget_space(h->dset)) < 0)
+		return h5_fail(TQ_ERR_FORMAT, "dataset '%s': no dataspace",
+		    dataset);
+	nd = H5Sget_simple_extent_ndims(h->space);
+	if (nd != 2)
+		return tq_fail(TQ_ERR_UNSUPPORTED, "dataset '%s' has %d "
+		    "dimensions (expected 2)", dataset, nd < 0 ? 0 : nd);
+	if (H5Sget_simple_extent_dims(h->space, dims, NULL) != 2)
+		return h5_fail(TQ_ERR_FORMAT, "dataset '%s': bad dataspace",
+		    dataset);
+	if (dims[1] == 0)
+		return tq_fail(TQ_ERR_FORMAT, "dataset '%s' has rows of "
+		    "dimension 0", dataset);
+	if (dims[1] > TQ_MAX_DIM)
+		return tq_fail(TQ_ERR_UNSUPPORTED, "dataset '%s' has rows of "
+		    "dimension %llu (at most %u)", dataset,
+		    (unsigned long long)dims[1], TQ_MAX_DIM);
+	if (dims[0] == 0)
+		return tq_fail(TQ_ERR_EMPTY, "no vectors");
+	if (dims[0] > (hsize_t)INT64_MAX / TQ_MAX_DIM / 16)
+		return tq_fail(TQ_ERR_FORMAT, "dataset '%s' claims %llu rows",
+		    dataset, (unsigned long long)dims[0]);
+	h->dim = (uint32_t)dims[1];
+	h->n = dims[0];
+	TQ_TRY(h5_type(h, &esz));
+	return h5_check_storage(h, dims, esz);
+}
+
+enum tq_status
+tq_h5_open(const char *path, const char *dataset, struct tq_h5 **out,
+    uint32_t *dim, uint64_t *n, int *is_integer)
+{
+	struct tq_h5 *h;
+	enum tq_status st;
+
+	*out = NULL;
+	h5_quiet();
+	if ((h = calloc(1, sizeof(*h))) == NULL)
+		return tq_fail(TQ_ERR_NOMEM, "out of memory");
+	h->file = h->dset = h->space = -1;
+	st = h5_open(h, path, dataset != NULL ? dataset : "train");
+	if (st != TQ_OK) {
+		tq_h5_close(h);
+		return st;
+	}
+	*dim = h->dim;
+	*n = h->n;
+	*is_integer = h->is_integer;
+	*out = h;
+	return TQ_OK;
+}
+
+void
+tq_h5_close(struct tq_h5 *h)
+{
+	if (h == NULL)
+		return;
+	h5_close_id(&h->space, H5Sclose);
+	h5_close_id(&h->dset, H5Dclose);
+	h5_close_id(&h->file, H5Fclose);
+	H5Eclear2(H5E_DEFAULT);
+	free(h->scratch);
+	free(h);
+}
+
+static enum tq_status
+h5_slab(struct tq_h5 *h, uint64_t row, size_t nrows, hid_t memtype,
+    void *buf)
+{
+	hsize_t start[2] = { row, 0 }, count[2] = { nrows, h->dim };
+	hid_t ms;
+	herr_t e;
+
+	if (H5Sselect_hyperslab(h->space, H5S_SELECT_SET, start, NULL, count,
+	    NULL) < 0)
+		return h5_fail(TQ_ERR_FORMAT, "dataset '%s': cannot select "
+		    "rows %llu..%llu", h->name, (unsigned long long)row,
+		    (unsigned long long)(row + nrows - 1));
+	if ((ms = H5Screate_simple(2, count, NULL)) < 0)
+		return h5_fail(TQ_ERR_NOMEM, "out of memory");
+	e = H5Dread(h->dset, memtype, ms, h->space, H5P_DEFAULT, buf);
+	H5Sclose(ms);
+	if (e < 0)
+		return h5_fail(TQ_ERR_FORMAT, "dataset '%s': cannot read rows "
+		    "%llu..%llu", h->name, (unsigned long long)row,
+		    (unsigned long long)(row + nrows - 1));
+	return TQ_OK;
+}
+
+enum tq_status
+tq_h5_read(struct tq_h5 *h, uint64_t row, size_t nrows, float *f,
+    int32_t *i)
+{
+	size_t done, k, dim = h->dim;
+
+	h5_quiet();
+	if (f != NULL && h->mem != M_F64) {
+		/* HDF5 converts integers to float exactly as a cast would. */
+		TQ_TRY(h5_slab(h, row, nrows, H5T_NATIVE_FLOAT, f));
+		if (h->is_integer)
+			return TQ_OK;
+		return tq_vec_check_finite(f, nrows, h->dim, row);
+	}
+	if (f == NULL && h->mem == M_I32)
+		return h5_slab(h, row, nrows, H5T_NATIVE_INT32, i);
+	if (f == NULL && !h->is_integer)
+		return tq_fail(TQ_ERR_UNSUPPORTED, "dataset '%s' holds floats, "
+		    "not integers", h->name);
+
+	/* Values that need a range check pass through the scratch buffer. */
+	if (h->scratch == NULL) {
+		h->scratch_rows = SCRATCH_BYTES / (dim * 8);
+		if (h->scratch_rows == 0)
+			h->scratch_rows = 1;
+		h->scratch = malloc(h->scratch_rows * dim * 8);
+		if (h->scratch == NULL)
+			return tq_fail(TQ_ERR_NOMEM, "out of memory");
+	}
+	for (done = 0; done < nrows; done += k) {
+		k = nrows - done < h->scratch_rows ? nrows - done :
+		    h->scratch_rows;
+		if (h->mem == M_F64) {
+			TQ_TRY(h5_slab(h, row + done, k, H5T_NATIVE_DOUBLE,
+			    h->scratch));
+			TQ_TRY(tq_vec_f64_to_f32(h->scratch, k, h->dim,
+			    row + done, f + done * dim));
+		} else if (h->mem == M_I64) {
+			TQ_TRY(h5_slab(h, row + done, k, H5T_NATIVE_INT64,
+			    h->scratch));
+			TQ_TRY(tq_vec_i64_to_i32(h->scratch, k, h->dim,
+			    row + done, i + done * dim));
+		} else {
+			TQ_TRY(h5_slab(h, row + done, k, H5T_NATIVE_UINT64,
+			    h->scratch));
+			TQ_TRY(tq_vec_u64_to_i32(h->scratch, k, h->dim,
+			    row + done, i + done * dim));
+		}
+	}
+	return TQ_OK;
+}
+
+/* Reads one string (fixed or variable length) from an attribute. */
+static enum tq_status
+h5_attr_read(hid_t attr, const char *name, char *buf, size_t len)
+{
+	enum tq_status st = TQ_OK;
+	hid_t type = -1, space = -1, mt = -1;
+	char *s = NULL, *tmp = NULL;
+	size_t size;
+
+	if ((type = H5Aget_type(attr)) < 0 ||
+	    (space = H5Aget_space(attr)) < 0) {
+		st = h5_fail(TQ_ERR_FORMAT, "attribute '%s' is unreadable",
+		    name);
+		goto out;
+	}
+	if (H5Tget_class(type) != H5T_STRING) {
+		st = tq_fail(TQ_ERR_FORMAT, "attribute '%s' is not a string",
+		    name);
+		goto out;
+	}
+	if (H5Sget_simple_extent_npoints(space) != 1) {
+		st = tq_fail(TQ_ERR_FORMAT, "attribute '%s' is not a single "
+		    "string", name);
+		goto out;
+	}
+	if ((mt = H5Tcopy(H5T_C_S1)) < 0 ||
+	    H5Tset_cset(mt, H5Tget_cset(type)) < 0) {
+		st = h5_fail(TQ_ERR_NOMEM, "out of memory");
+		goto out;
+	}
+	if (H5Tis_variable_str(type) > 0) {
+		if (H5Tset_size(mt, H5T_VARIABLE) < 0 ||
+		    H5Aread(attr, mt, &s) < 0 || s == NULL) {
+			st = h5_fail(TQ_ERR_FORMAT, "attribute '%s' is "
+			    "unreadable", name);
+			goto out;
+		}
+	} else {
+		size = H5Tget_size(type);
+		if (size == 0 || size > 65536) {
+			st = tq_fail(TQ_ERR_FORMAT, "attribute '%s' has a bad "
+			    "size", name);
+			goto out;
+		}
+		if ((tmp = malloc(size + 1)) == NULL) {
+			st = tq_fail(TQ_ERR_NOMEM, "out of memory");
+			goto out;
+		}
+		if (H5Tset_size(mt, size) < 0 ||
+		    H5Tset_strpad(mt, H5T_STR_NULLPAD) < 0 ||
+		    H5Aread(attr, mt, tmp) < 0) {
+			st = h5_fail(TQ_ERR_FORMAT, "attribute '%s' is "
+			    "unreadable", name);
+			goto out;
+		}
+		tmp[size] = '\0';
+	}
+	if (strlen(s ? s : tmp) >= len) {
+		st = tq_fail(TQ_ERR_OVERFLOW, "attribute '%s' is longer than "
+		    "%zu bytes", name, len - 1);
+		goto out;
+	}
+	strcpy(buf, s ? s : tmp);
+out:
+	if (s != NULL)
+		H5free_memory(s);
+	free(tmp);
+	h5_close_id(&mt, H5Tclose);
+	h5_close_id(&space, H5Sclose);
+	h5_close_id(&type, H5Tclose);
+	return st;
+}
+
+enum tq_status
+tq_hdf5_attr_string(const char *path, const char *name, char *buf,
+    size_t len)
+{
+	enum tq_status st;
+	uint8_t sig[8];
+	hid_t file, attr;
+	ssize_t k;
+	int fd;
+
+	if (path == NULL || name == NULL || *name == '\0' || buf == NULL ||
+	    len == 0)
+		return tq_fail(TQ_ERR_ARG, "bad arguments");
+	buf[0] = '\0';
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		return tq_fail(TQ_ERR_IO, "open: %s", strerror(errno));
+	do
+		k = read(fd, sig, sizeof(sig));
+	while (k < 0 && errno == EINTR);
+	if (k < 0) {
+		int saved = errno;
+
+		close(fd);
+		errno = saved;
+		return tq_fail(TQ_ERR_IO, "read: %s", strerror(errno));
+	}
+	close(fd);
+	if (k != 8 || memcmp(sig, TQ_HDF5_SIGNATURE, 8) != 0)
+		return tq_fail(TQ_ERR_FORMAT, "not an HDF5 file");
+	h5_quiet();
+	if ((file = h5_open_file(path)) < 0)
+		return h5_fail(TQ_ERR_FORMAT, "not a readable HDF5 file");
+	if (H5Aexists(file, name) <= 0) {
+		H5Fclose(file);
+		H5Eclear2(H5E_DEFAULT);
+		return tq_fail(TQ_ERR_FORMAT, "no attribute '%s'", name);
+	}
+	if ((attr = H5Aopen(file, name, H5P_DEFAULT)) < 0) {
+		st = h5_fail(TQ_ERR_FORMAT, "attribute '%s' is unreadable",
+		    name);
+	} else {
+		st = h5_attr_read(attr, name, buf, len);
+		H5Aclose(attr);
+	}
+	H5Fclose(file);
+	H5Eclear2(H5E_DEFAULT);
+	return st;
+}
