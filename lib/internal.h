@@ -411,6 +411,13 @@ void tq_scan_scalar(const uint8_t *blocks, size_t nblocks,
     size_t block_bytes, unsigned nfields, unsigned field_bits,
     const uint8_t *lut, uint32_t *acc);
 
+/* Compiled with their own -m flags; called only when cpuid allows. */
+void tq_scan_avx2(const uint8_t *blocks, size_t nblocks, size_t block_bytes,
+    unsigned nfields, unsigned field_bits, const uint8_t *lut, uint32_t *acc);
+void tq_scan_avx512(const uint8_t *blocks, size_t nblocks,
+    size_t block_bytes, unsigned nfields, unsigned field_bits,
+    const uint8_t *lut, uint32_t *acc);
+
 /* The kernel chosen for this machine (TQ_ISA overrides). */
 tq_scan_fn tq_scan_kernel(void);
 

@@ -1,0 +1,207 @@
+/*
+ * bench-kernels.c - how fast each scan kernel reads codes, single thread.
+ *
+ * A micro-benchmark, not a test: it prints figures and asserts nothing
+ * (beyond a cross-check that each kernel agrees with the scalar one, so a
+ * figure is never reported for wrong sums).  Build from the top of the tree
+ * after `make`:
+ *
+ *   cc -std=c11 -D_GNU_SOURCE -O2 -Ilib scripts/bench-kernels.c \
+ *       lib/kern/scan_scalar.c build/lib/kern/scan_avx2.o \
+ *       build/lib/kern/scan_avx512.o -o /tmp/bench-kernels
+ *   /tmp/bench-kernels [nvectors]
+ *
+ * For 100K x 1536 (the default) at 4, 2, 1 bits (4-bit fields: 1536, 768,
+ * 384 of them) and 3 bits (768 6-bit fields), it reports GB/s of codes
+ * scanned, best of several passes: "stream", one call over all blocks
+ * (the codes come from L3 or memory), and "hot", the first 32 blocks over
+ * and over (in L2: what the kernel can do when memory keeps up).  Then the
+ * machine's single-thread read bandwidth, a streaming sum over 1 GiB.
+ * Times are this thread's CPU time (CLOCK_THREAD_CPUTIME_ID), best of
+ * several passes, so that a busy machine that preempts the benchmark
+ * inflates the figures less; it still shares caches and memory.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+
+void tq_scan_avx2(const uint8_t *, size_t, size_t, unsigned, unsigned,
+    const uint8_t *, uint32_t *);
+void tq_scan_avx512(const uint8_t *, size_t, size_t, unsigned, unsigned,
+    const uint8_t *, uint32_t *);
+
+static double
+now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static uint64_t rng = 0x2545f4914f6cdd1du;
+
+static uint8_t
+rnd8(void)
+{
+	rng ^= rng >> 12;
+	rng ^= rng << 25;
+	rng ^= rng >> 27;
+	return (uint8_t)((rng * 0x2545f4914f6cdd1du) >> 56);
+}
+
+/* Best time of `reps` calls scanning nblocks blocks `inner` times each. */
+static double
+best_time(tq_scan_fn fn, const uint8_t *codes, size_t nblocks,
+    size_t block_bytes, unsigned nfields, unsigned fb, const uint8_t *lut,
+    uint32_t *acc, int reps, int inner)
+{
+	double best = 1e30;
+	int r, i;
+
+	for (r = 0; r < reps; r++) {
+		double t = now();
+
+		for (i = 0; i < inner; i++)
+			fn(codes, nblocks, block_bytes, nfields, fb, lut, acc);
+		t = now() - t;
+		if (t < best)
+			best = t;
+	}
+	return best;
+}
+
+static double
+stream_sum_gbs(unsigned long long *checksum)
+{
+	size_t len = (size_t)1 << 30, n = len / sizeof(uint64_t), i;
+	uint64_t *buf = malloc(len), best_sum = 0;
+	double best = 1e30;
+	int r;
+
+	if (buf == NULL)
+		return 0.0;
+	memset(buf, 1, len);
+	for (r = 0; r < 3; r++) {
+		uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+		double t = now();
+
+		for (i = 0; i < n; i += 4) {
+			s0 += buf[i];
+			s1 += buf[i + 1];
+			s2 += buf[i + 2];
+			s3 += buf[i + 3];
+		}
+		t = now() - t;
+		best_sum = s0 + s1 + s2 + s3;
+		if (t < best)
+			best = t;
+	}
+	free(buf);
+	*checksum = best_sum;
+	return (double)len / best / 1e9;
+}
+
+int
+main(int argc, char **argv)
+{
+	static const struct {
+		const char *label;
+		unsigned nfields, field_bits;
+	} widths[] = {
+		{ "4-bit", 1536, 4 },
+		{ "2-bit", 768, 4 },
+		{ "1-bit", 384, 4 },
+		{ "3-bit", 768, 6 },
+	};
+	struct {
+		const char *name;
+		tq_scan_fn fn;
+		int ok;
+	} kern[] = {
+		{ "scalar", tq_scan_scalar, 1 },
+		{ "avx2", tq_scan_avx2, 0 },
+		{ "avx512", tq_scan_avx512, 0 },
+	};
+	size_t nvec = argc > 1 ? strtoul(argv[1], NULL, 10) : 100000;
+	size_t nblocks = (nvec + TQ_BLOCK - 1) / TQ_BLOCK, hot = 32;
+	size_t w, k;
+	unsigned long long sum = 0;
+	double gbs;
+
+	__builtin_cpu_init();
+	kern[1].ok = __builtin_cpu_supports("avx2") &&
+	    __builtin_cpu_supports("bmi2");
+	kern[2].ok = __builtin_cpu_supports("avx512bw") &&
+	    __builtin_cpu_supports("avx512vl") &&
+	    __builtin_cpu_supports("avx512vbmi");
+	if (hot > nblocks)
+		hot = nblocks;
+
+	printf("%zu vectors (%zu blocks), dim 1536, single thread, GB/s of "
+	    "codes\n", nblocks * TQ_BLOCK, nblocks);
+	printf("%-6s %6s %8s %9s  %-7s %8s %8s\n", "bits", "fields", "MB",
+	    "kernel", "", "stream", "hot");
+	for (w = 0; w < sizeof(widths) / sizeof(widths[0]); w++) {
+		unsigned nf = widths[w].nfields, fb = widths[w].field_bits;
+		size_t entries = fb == 4 ? 16 : 64;
+		size_t bb = fb == 4 ? (size_t)nf * 16 : (size_t)nf / 4 * 96;
+		size_t len = nblocks * bb, i;
+		uint8_t *codes = malloc(len), *lut = malloc(nf * entries);
+		uint32_t *want = malloc(nblocks * TQ_BLOCK * sizeof(uint32_t));
+		uint32_t *acc = malloc(nblocks * TQ_BLOCK * sizeof(uint32_t));
+
+		if (codes == NULL || lut == NULL || want == NULL ||
+		    acc == NULL) {
+			fprintf(stderr, "out of memory\n");
+			return 1;
+		}
+		for (i = 0; i < len; i++)
+			codes[i] = rnd8();
+		for (i = 0; i < nf * entries; i++)
+			lut[i] = rnd8();
+		tq_scan_scalar(codes, nblocks, bb, nf, fb, lut, want);
+
+		for (k = 0; k < sizeof(kern) / sizeof(kern[0]); k++) {
+			double ts, th;
+			int inner;
+
+			if (!kern[k].ok) {
+				printf("%-6s %6u %8.1f %9s  skipped (CPU lacks "
+				    "it)\n", widths[w].label, nf, len / 1e6,
+				    kern[k].name);
+				continue;
+			}
+			kern[k].fn(codes, nblocks, bb, nf, fb, lut, acc);
+			if (memcmp(acc, want, nblocks * TQ_BLOCK *
+			    sizeof(uint32_t)) != 0) {
+				printf("%-6s %6u %8.1f %9s  WRONG SUMS\n",
+				    widths[w].label, nf, len / 1e6,
+				    kern[k].name);
+				continue;
+			}
+			ts = best_time(kern[k].fn, codes, nblocks, bb, nf, fb,
+			    lut, acc, k == 0 ? 3 : 20, 1);
+			inner = (int)(nblocks / hot);
+			th = best_time(kern[k].fn, codes, hot, bb, nf, fb, lut,
+			    acc, k == 0 ? 3 : 20, inner);
+			printf("%-6s %6u %8.1f %9s  %-7s %8.2f %8.2f\n",
+			    widths[w].label, nf, len / 1e6, kern[k].name, "",
+			    len / ts / 1e9,
+			    (double)hot * bb * inner / th / 1e9);
+		}
+		free(codes);
+		free(lut);
+		free(want);
+		free(acc);
+	}
+	gbs = stream_sum_gbs(&sum);
+	/* The sum is printed so that the loop cannot be dropped. */
+	printf("memory read bandwidth (streaming sum, 1 GiB): %.2f GB/s "
+	    "(sum %llu)\n", gbs, sum);
+	return 0;
+}

@@ -1,0 +1,218 @@
+/*
+ * test_kernels.c - every SIMD scan kernel the CPU can run must produce the
+ * sums of tq_scan_scalar, bit for bit.
+ *
+ * Random codes with random tables, all-255 tables (the largest sums, to
+ * catch a u16 accumulator flushed too late) and all-0 tables, over field
+ * counts below, at and well past the flush intervals, and block counts that
+ * exercise more than one block per call (and an odd count, for kernels
+ * that take blocks in pairs).  Codes and tables are allocated to their
+ * exact size, so a kernel that reads past either trips AddressSanitizer.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "unit.h"
+
+static const struct {
+	const char *name;
+	tq_scan_fn fn;
+	const char *need[3];
+} kernels[] = {
+	{ "avx2", tq_scan_avx2, { "avx2", "bmi2", NULL } },
+	{ "avx512", tq_scan_avx512, { "avx512bw", "avx512vl", "avx512vbmi" } },
+};
+#define NKERN (sizeof(kernels) / sizeof(kernels[0]))
+
+static int runnable[NKERN];
+static unsigned long ncalls[NKERN];
+
+static const unsigned field_counts[] = {
+	4, 8, 12, 16, 20, 32, 36, 64, 196, 260, 392, 400, 512, 516, 768,
+	1024, 1028, 1536, 2048, 4096
+};
+static const size_t block_counts[] = { 1, 2, 3, 7, 33 };
+
+enum lut_kind { LUT_RANDOM, LUT_MAX, LUT_ZERO, LUT_SMALL };
+
+static uint64_t rng = 0x9e3779b97f4a7c15u;
+
+static uint32_t
+rnd(void)
+{
+	/* xorshift64*: reproducible across runs and platforms. */
+	rng ^= rng >> 12;
+	rng ^= rng << 25;
+	rng ^= rng >> 27;
+	return (uint32_t)((rng * 0x2545f4914f6cdd1du) >> 32);
+}
+
+static int
+cpu_has(const char *feature)
+{
+	/* __builtin_cpu_supports wants a literal. */
+	if (strcmp(feature, "avx2") == 0)
+		return __builtin_cpu_supports("avx2");
+	if (strcmp(feature, "bmi2") == 0)
+		return __builtin_cpu_supports("bmi2");
+	if (strcmp(feature, "avx512bw") == 0)
+		return __builtin_cpu_supports("avx512bw");
+	if (strcmp(feature, "avx512vl") == 0)
+		return __builtin_cpu_supports("avx512vl");
+	if (strcmp(feature, "avx512vbmi") == 0)
+		return __builtin_cpu_supports("avx512vbmi");
+	return 0;
+}
+
+/*
+ * One case: codes and table at the end of their buffers, every runnable
+ * kernel compared with the oracle.  The acc buffers are poisoned first so
+ * an unwritten sum shows.
+ */
+static void
+check_case(unsigned nfields, unsigned field_bits, size_t nblocks,
+    enum lut_kind kind)
+{
+	size_t entries = field_bits == 4 ? 16 : 64;
+	size_t block_bytes = field_bits == 4 ? (size_t)nfields * 16 :
+	    (size_t)nfields / 4 * 96;
+	size_t code_len = nblocks * block_bytes, lut_len = nfields * entries;
+	size_t nacc = nblocks * TQ_BLOCK, i, k;
+	uint8_t *codes = malloc(code_len), *lut = malloc(lut_len);
+	uint32_t *want = malloc(nacc * sizeof(*want));
+	uint32_t *got = malloc(nacc * sizeof(*got));
+
+	CHECK(codes != NULL && lut != NULL && want != NULL && got != NULL);
+	if (codes == NULL || lut == NULL || want == NULL || got == NULL)
+		goto out;
+	for (i = 0; i < code_len; i++)
+		codes[i] = (uint8_t)rnd();
+	for (i = 0; i < lut_len; i++)
+		lut[i] = kind == LUT_MAX ? 255 : kind == LUT_ZERO ? 0 :
+		    kind == LUT_SMALL ? (uint8_t)(rnd() & 3) : (uint8_t)rnd();
+
+	memset(want, 0xa5, nacc * sizeof(*want));
+	tq_scan_scalar(codes, nblocks, block_bytes, nfields, field_bits, lut,
+	    want);
+	if (kind == LUT_MAX)
+		for (i = 0; i < nacc; i++)
+			CHECK(want[i] == 255u * nfields);
+	for (k = 0; k < NKERN; k++) {
+		if (!runnable[k])
+			continue;
+		memset(got, 0x5a, nacc * sizeof(*got));
+		kernels[k].fn(codes, nblocks, block_bytes, nfields,
+		    field_bits, lut, got);
+		ncalls[k]++;
+		if (memcmp(want, got, nacc * sizeof(*got)) != 0) {
+			for (i = 0; i < nacc && want[i] == got[i]; i++)
+				;
+			fprintf(stderr, "%s: bits %u nfields %u nblocks %zu "
+			    "lut %d: acc[%zu] = %u, scalar %u\n",
+			    kernels[k].name, field_bits, nfields, nblocks,
+			    (int)kind, i, got[i], want[i]);
+			CHECK(!"kernel differs from tq_scan_scalar");
+		} else {
+			CHECK(1);
+		}
+	}
+out:
+	free(codes);
+	free(lut);
+	free(want);
+	free(got);
+}
+
+static void
+test_fields(unsigned field_bits)
+{
+	size_t i, j;
+	int kind;
+
+	for (i = 0; i < sizeof(field_counts) / sizeof(field_counts[0]); i++)
+		for (j = 0; j < sizeof(block_counts) / sizeof(block_counts[0]);
+		    j++)
+			for (kind = LUT_RANDOM; kind <= LUT_SMALL; kind++)
+				check_case(field_counts[i], field_bits,
+				    block_counts[j], (enum lut_kind)kind);
+}
+
+static void
+test_fields4(void)
+{
+	test_fields(4);
+}
+
+static void
+test_fields6(void)
+{
+	test_fields(6);
+}
+
+/* Codes of all ones select each table's last entry: the layout's corners. */
+static void
+test_corners(void)
+{
+	static const unsigned bits[] = { 4, 6 };
+	size_t b, k;
+
+	for (b = 0; b < 2; b++) {
+		unsigned nfields = 520, fb = bits[b];
+		size_t entries = fb == 4 ? 16 : 64;
+		size_t block_bytes = fb == 4 ? nfields * 16 : nfields / 4 * 96;
+		uint8_t *codes = malloc(2 * block_bytes);
+		uint8_t *lut = malloc(nfields * entries);
+		uint32_t want[64], got[64];
+		size_t i;
+
+		CHECK(codes != NULL && lut != NULL);
+		if (codes == NULL || lut == NULL) {
+			free(codes);
+			free(lut);
+			continue;
+		}
+		memset(codes, 0xff, block_bytes);
+		memset(codes + block_bytes, 0, block_bytes);
+		for (i = 0; i < nfields * entries; i++)
+			lut[i] = (uint8_t)(i * 7 + 3);
+		tq_scan_scalar(codes, 2, block_bytes, nfields, fb, lut, want);
+		for (k = 0; k < NKERN; k++) {
+			if (!runnable[k])
+				continue;
+			kernels[k].fn(codes, 2, block_bytes, nfields, fb, lut,
+			    got);
+			ncalls[k]++;
+			CHECK(memcmp(want, got, sizeof(got)) == 0);
+		}
+		free(codes);
+		free(lut);
+	}
+}
+
+int
+main(void)
+{
+	size_t k, n;
+
+	__builtin_cpu_init();
+	for (k = 0; k < NKERN; k++) {
+		runnable[k] = 1;
+		for (n = 0; n < 3 && kernels[k].need[n] != NULL; n++)
+			if (!cpu_has(kernels[k].need[n]))
+				runnable[k] = 0;
+	}
+	RUN(test_fields4);
+	RUN(test_fields6);
+	RUN(test_corners);
+	for (k = 0; k < NKERN; k++)
+		if (runnable[k])
+			printf("kernel %s: ran, %lu cases against scalar\n",
+			    kernels[k].name, ncalls[k]);
+		else
+			printf("kernel %s: skipped (CPU lacks it)\n",
+			    kernels[k].name);
+	return unit_done();
+}
