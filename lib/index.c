@@ -249,25 +249,6 @@ write_ipar(struct build *b, uint64_t n, uint64_t nblocks)
 	return tq_fw_end(b->fw);
 }
 
-/* Cosine originals are stored normalised, as the codes were made. */
-static void
-normalise_rows(float *x, size_t rows, uint32_t dim)
-{
-	for (size_t i = 0; i < rows; i++) {
-		float *v = x + i * dim;
-		double s = 0;
-
-		for (uint32_t j = 0; j < dim; j++)
-			s += (double)v[j] * v[j];
-		if (s > 0) {
-			float inv = (float)(1.0 / sqrt(s));
-
-			for (uint32_t j = 0; j < dim; j++)
-				v[j] *= inv;
-		}
-	}
-}
-
 static enum tq_status
 write_chunk(struct build *b, size_t rows, uint64_t row0, unsigned threads)
 {
@@ -317,7 +298,9 @@ write_chunk(struct build *b, size_t rows, uint64_t row0, unsigned threads)
 		size_t cnt = rows * q->dim;
 
 		if (q->metric == TQ_METRIC_COSINE)
-			normalise_rows(b->x, rows, q->dim);
+			for (size_t i = 0; i < rows; i++)
+				(void)tq_normalise(b->x + i * q->dim, q->dim,
+				    b->x + i * q->dim);
 		if (b->p->originals == TQ_ORIG_F32) {
 			for (size_t i = 0; i < cnt; i++)
 				wr_lef32(b->obuf + 4 * i, b->x[i]);

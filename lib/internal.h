@@ -103,6 +103,12 @@ static inline int ck_add64(uint64_t a, uint64_t b, uint64_t *r)
 void *tq_mallocarray(size_t a, size_t b);
 void *tq_callocarray(size_t a, size_t b);
 
+/*
+ * Scales x to unit length into out (may alias x); a zero vector stays
+ * zero.  Returns |out|^2.  Every cosine path uses this one function.
+ */
+double tq_normalise(const float *x, uint32_t dim, float *out);
+
 /* Number of online processors (>= 1). */
 unsigned tq_ncpu(void);
 

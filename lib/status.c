@@ -1,5 +1,6 @@
 /* status.c - status strings, the per-thread failure detail, small helpers. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -176,4 +177,31 @@ tq_f16_to_f32(uint16_t h)
 	}
 	memcpy(&f, &x, 4);
 	return f;
+}
+
+/*
+ * The one normalisation used everywhere (encode, originals, queries,
+ * ground truth), so that cosine scores computed in different places agree
+ * bit for bit.  A zero vector stays zero.  Returns |out|^2.
+ */
+double
+tq_normalise(const float *x, uint32_t dim, float *out)
+{
+	double s = 0.0;
+	float inv;
+	uint32_t d;
+
+	for (d = 0; d < dim; d++)
+		s += (double)x[d] * x[d];
+	if (!(s > 0.0)) {
+		memmove(out, x, dim * sizeof(*out));
+		return s;
+	}
+	inv = (float)(1.0 / sqrt(s));
+	s = 0.0;
+	for (d = 0; d < dim; d++) {
+		out[d] = x[d] * inv;
+		s += (double)out[d] * out[d];
+	}
+	return s;
 }

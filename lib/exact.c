@@ -1,0 +1,307 @@
+/*
+ * exact.c - exact top-k by brute force, for ground truth and comparisons.
+ *
+ * The corpus is streamed in chunks of rows; for blocks of queries, sgemm
+ * gives every <q, x> of the chunk.  Those float products only filter: a
+ * row whose sgemm key, widened by a bound on its rounding error, cannot
+ * reach the query's current k-th key is skipped, and every other row gets
+ * its key recomputed in double from the vectors themselves (the same sums
+ * as the re-rank in search.c).  So the result is the exact top-k of the
+ * double keys rounded to float, ties broken by the smaller row, whatever
+ * BLAS, the blocking or the thread count.  On integer data (pixels) the
+ * double sums are exact, so the ties in the tail are real ties.
+ *
+ * The bound: a float dot product of length d computed in any order, with
+ * or without fused multiply-adds, is within d * 2^-24 / (1 - d * 2^-24) of
+ * sum |q_i x_i| <= |q| |x|; (d + 2) * 2^-23 covers it with room to spare.
+ */
+#include <cblas.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define CHUNK_ROWS 4096
+#define QBLOCK 256
+
+struct ectx {
+	enum tq_metric m;
+	uint32_t dim;
+	double gamma;		/* relative error bound of a float dot */
+	const float *qv;	/* queries, normalised for cosine */
+	const double *qn2;	/* |q|^2 */
+	const double *qnorm;	/* |q| */
+	struct tq_topk *heaps;	/* one per query */
+	/* The current chunk. */
+	const float *x;		/* rows * dim, normalised for cosine */
+	const double *xn2;
+	const double *xnorm;
+	size_t rows;
+	uint64_t row0;
+};
+
+struct eworker {
+	const struct ectx *c;
+	pthread_t tid;
+	int started;
+	size_t q0, q1;		/* queries [q0, q1) */
+	float *prod;		/* QBLOCK * CHUNK_ROWS */
+};
+
+/* The exact key of query vector qv against row x (see search.c). */
+static float
+exact_key(enum tq_metric m, const float *qv, const float *x, uint32_t dim)
+{
+	double s = 0.0;
+	uint32_t d;
+
+	if (m == TQ_METRIC_L2) {
+		for (d = 0; d < dim; d++) {
+			double e = (double)qv[d] - (double)x[d];
+
+			s += e * e;
+		}
+		return (float)-s;
+	}
+	for (d = 0; d < dim; d++)
+		s += (double)qv[d] * (double)x[d];
+	return (float)s;
+}
+
+static void *
+erun(void *arg)
+{
+	struct eworker *w = arg;
+	const struct ectx *c = w->c;
+	size_t dim = c->dim, rows = c->rows, b, i, r;
+	int l2 = c->m == TQ_METRIC_L2;
+
+	for (b = w->q0; b < w->q1; b += QBLOCK) {
+		size_t mb = w->q1 - b < QBLOCK ? w->q1 - b : QBLOCK;
+
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans,
+		    (int)mb, (int)rows, (int)dim, 1.0f, c->qv + b * dim,
+		    (int)dim, c->x, (int)dim, 0.0f, w->prod, (int)rows);
+		for (i = 0; i < mb; i++) {
+			struct tq_topk *h = &c->heaps[b + i];
+			const float *pr = w->prod + i * rows;
+			const float *qv = c->qv + (b + i) * dim;
+			double qn2 = c->qn2[b + i];
+			double qerr = c->gamma * c->qnorm[b + i] * (l2 ? 2 : 1);
+
+			for (r = 0; r < rows; r++) {
+				double dot = pr[r], key;
+
+				if (h->len == h->k) {
+					double root = h->key[0];
+
+					key = l2 ? -(qn2 - 2.0 * dot +
+					    c->xn2[r]) : dot;
+					if (key + qerr * c->xnorm[r] +
+					    fabs(root) * 0x1p-22 + 0x1p-100 <
+					    root)
+						continue;
+				}
+				tq_topk_push(h, exact_key(c->m, qv,
+				    c->x + r * dim, c->dim), c->row0 + r);
+			}
+		}
+	}
+	return NULL;
+}
+
+static double
+norm2(const float *x, uint32_t dim)
+{
+	double s = 0.0;
+	uint32_t d;
+
+	for (d = 0; d < dim; d++)
+		s += (double)x[d] * (double)x[d];
+	return s;
+}
+
+struct eres {
+	float *qv, *x, *prod;
+	double *qn2, *qnorm, *xn2, *xnorm;
+	struct tq_topk *heaps;
+	struct eworker *w;
+	size_t nq;
+	unsigned nw;
+};
+
+static void
+eres_free(struct eres *e)
+{
+	size_t i;
+
+	if (e->heaps != NULL)
+		for (i = 0; i < e->nq; i++)
+			tq_topk_free(&e->heaps[i]);
+	if (e->w != NULL)
+		for (i = 0; i < e->nw; i++)
+			free(e->w[i].prod);
+	free(e->heaps);
+	free(e->w);
+	free(e->qv);
+	free(e->x);
+	free(e->qn2);
+	free(e->qnorm);
+	free(e->xn2);
+	free(e->xnorm);
+}
+
+static enum tq_status
+eres_alloc(struct eres *e, size_t nq, uint32_t dim, uint32_t k, unsigned nw)
+{
+	size_t i;
+
+	memset(e, 0, sizeof(*e));
+	e->nq = nq;
+	e->nw = nw;
+	e->qv = tq_mallocarray(nq * dim, sizeof(float));
+	e->qn2 = tq_mallocarray(nq, sizeof(double));
+	e->qnorm = tq_mallocarray(nq, sizeof(double));
+	e->x = tq_mallocarray((size_t)CHUNK_ROWS * dim, sizeof(float));
+	e->xn2 = tq_mallocarray(CHUNK_ROWS, sizeof(double));
+	e->xnorm = tq_mallocarray(CHUNK_ROWS, sizeof(double));
+	e->heaps = tq_callocarray(nq, sizeof(*e->heaps));
+	e->w = tq_callocarray(nw, sizeof(*e->w));
+	if (e->qv == NULL || e->qn2 == NULL || e->qnorm == NULL ||
+	    e->x == NULL || e->xn2 == NULL || e->xnorm == NULL ||
+	    e->heaps == NULL || e->w == NULL)
+		return tq_fail(TQ_ERR_NOMEM, "exact search buffers");
+	for (i = 0; i < nq; i++)
+		TQ_TRY(tq_topk_init(&e->heaps[i], k));
+	for (i = 0; i < nw; i++) {
+		e->w[i].prod = tq_mallocarray((size_t)QBLOCK * CHUNK_ROWS,
+		    sizeof(float));
+		if (e->w[i].prod == NULL)
+			return tq_fail(TQ_ERR_NOMEM, "exact search buffers");
+	}
+	return TQ_OK;
+}
+
+static enum tq_status
+exact_run(struct eres *e, struct tq_reader *corpus, struct ectx *c,
+    const float *queries)
+{
+	uint32_t dim = c->dim;
+	size_t i, got;
+	unsigned t;
+
+	for (i = 0; i < e->nq; i++) {
+		const float *q = queries + i * dim;
+
+		if (c->m == TQ_METRIC_COSINE)
+			tq_normalise(q, dim, e->qv + i * dim);
+		else
+			memcpy(e->qv + i * dim, q, dim * sizeof(float));
+		e->qn2[i] = norm2(e->qv + i * dim, dim);
+		e->qnorm[i] = sqrt(e->qn2[i]);
+	}
+	for (t = 0; t < e->nw; t++) {
+		e->w[t].c = c;
+		e->w[t].q0 = e->nq * t / e->nw;
+		e->w[t].q1 = e->nq * (t + 1) / e->nw;
+	}
+	for (;;) {
+		TQ_TRY(tq_reader_read(corpus, e->x, CHUNK_ROWS, &got));
+		if (got == 0)
+			break;
+		for (i = 0; i < got; i++) {
+			float *x = e->x + i * dim;
+
+			if (c->m == TQ_METRIC_COSINE)
+				tq_normalise(x, dim, x);
+			e->xn2[i] = norm2(x, dim);
+			e->xnorm[i] = sqrt(e->xn2[i]);
+		}
+		c->rows = got;
+		/* Workers 1.. in threads; a failed create runs inline. */
+		for (t = 1; t < e->nw; t++)
+			e->w[t].started = pthread_create(&e->w[t].tid, NULL,
+			    erun, &e->w[t]) == 0;
+		erun(&e->w[0]);
+		for (t = 1; t < e->nw; t++) {
+			if (e->w[t].started)
+				pthread_join(e->w[t].tid, NULL);
+			else
+				erun(&e->w[t]);
+		}
+		c->row0 += got;
+	}
+	if (c->row0 == 0)
+		return tq_fail(TQ_ERR_EMPTY, "corpus has no vectors");
+	return TQ_OK;
+}
+
+enum tq_status
+tq_exact_search(struct tq_reader *corpus, enum tq_metric m,
+    const float *queries, size_t nq, uint32_t dim, uint32_t k,
+    unsigned threads, uint64_t *ids, float *scores)
+{
+	struct ectx c;
+	struct eres e;
+	enum tq_status st;
+	unsigned nw;
+	size_t i;
+	uint32_t t, d;
+
+	if (corpus == NULL || (nq > 0 && (queries == NULL || ids == NULL ||
+	    scores == NULL)))
+		return tq_fail(TQ_ERR_ARG, "exact search: NULL argument");
+	if (k < 1)
+		return tq_fail(TQ_ERR_ARG, "k must be at least 1");
+	if (m != TQ_METRIC_IP && m != TQ_METRIC_COSINE && m != TQ_METRIC_L2)
+		return tq_fail(TQ_ERR_ARG, "unknown metric %d", (int)m);
+	if (tq_reader_dim(corpus) != dim)
+		return tq_fail(TQ_ERR_MISMATCH, "corpus dimension %u does not "
+		    "match queries (%u)", tq_reader_dim(corpus), dim);
+	for (i = 0; i < nq; i++)
+		for (d = 0; d < dim; d++)
+			if (!isfinite(queries[i * dim + d]))
+				return tq_fail(TQ_ERR_NONFINITE, "query %zu, "
+				    "column %u: value is NaN or infinite", i, d);
+	if ((size_t)dim * CHUNK_ROWS > INT32_MAX)
+		return tq_fail(TQ_ERR_UNSUPPORTED, "dimension %u too large "
+		    "for exact search", dim);
+
+	nw = threads ? threads : tq_ncpu();
+	if (nw > 1024)
+		nw = 1024;
+	if (nw > nq)
+		nw = nq > 0 ? (unsigned)nq : 1;
+
+	memset(&c, 0, sizeof(c));
+	c.m = m;
+	c.dim = dim;
+	c.gamma = (double)(dim + 2) * 0x1p-23;
+	st = eres_alloc(&e, nq, dim, k, nw);
+	if (st == TQ_OK) {
+		c.qv = e.qv;
+		c.qn2 = e.qn2;
+		c.qnorm = e.qnorm;
+		c.heaps = e.heaps;
+		c.x = e.x;
+		c.xn2 = e.xn2;
+		c.xnorm = e.xnorm;
+		st = exact_run(&e, corpus, &c, queries);
+	}
+	if (st == TQ_OK)
+		for (i = 0; i < nq; i++) {
+			struct tq_topk *h = &e.heaps[i];
+
+			tq_topk_sort(h);
+			for (t = 0; t < k; t++) {
+				ids[i * k + t] = t < h->len ? h->id[t] :
+				    UINT64_MAX;
+				scores[i * k + t] = t >= h->len ? NAN :
+				    m == TQ_METRIC_L2 ? -h->key[t] : h->key[t];
+			}
+		}
+	eres_free(&e);
+	return st;
+}

@@ -1,0 +1,205 @@
+/*
+ * dispatch.c - choose the scan kernel once per process.
+ *
+ * The CPU is asked once (pthread_once) what it supports: cpuid for the
+ * instruction sets, and xgetbv for whether the operating system saves the
+ * YMM / ZMM registers on a context switch (a CPU with AVX-512 under an OS
+ * that does not enable it must not run AVX-512 code).  The environment
+ * variable TQ_ISA=scalar|avx2|avx512 caps the choice, for tests and
+ * comparisons; any other value is ignored.  A kernel that was not compiled
+ * in or that the machine cannot run falls back along the chain
+ * avx512 -> avx2 -> scalar.
+ *
+ * Adding a kernel is one entry in `kernels` below, guarded by the macro
+ * the build defines when its source file is compiled in (TQ_HAVE_AVX2,
+ * TQ_HAVE_AVX512).  Every kernel must produce the same sums as
+ * tq_scan_scalar.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#define TQ_X86 1
+#endif
+
+#include "internal.h"
+
+/* Features, as bits of `cpu_have`. */
+enum {
+	F_SSE42 = 1u << 0,
+	F_AVX = 1u << 1,
+	F_AVX2 = 1u << 2,
+	F_FMA = 1u << 3,
+	F_BMI2 = 1u << 4,
+	F_AVX512F = 1u << 5,
+	F_AVX512BW = 1u << 6,
+	F_AVX512VL = 1u << 7,
+	F_AVX512VBMI = 1u << 8,
+	F_AVX512VNNI = 1u << 9
+};
+
+static const struct {
+	unsigned bit;
+	const char *name;
+} feature_names[] = {
+	{ F_SSE42, "sse4.2" },
+	{ F_AVX, "avx" },
+	{ F_AVX2, "avx2" },
+	{ F_FMA, "fma" },
+	{ F_BMI2, "bmi2" },
+	{ F_AVX512F, "avx512f" },
+	{ F_AVX512BW, "avx512bw" },
+	{ F_AVX512VL, "avx512vl" },
+	{ F_AVX512VBMI, "avx512vbmi" },
+	{ F_AVX512VNNI, "avx512vnni" },
+};
+
+/*
+ * Kernels from best to worst; the fallback chain walks down from the
+ * requested entry.  `need` lists the features the kernel's compiler flags
+ * assume (see the Makefile).  A NULL kernel was not compiled in.
+ */
+static const struct {
+	const char *name;
+	tq_scan_fn fn;
+	unsigned need;
+} kernels[] = {
+	{ "avx512",
+#ifdef TQ_HAVE_AVX512
+	    tq_scan_avx512,
+#else
+	    NULL,
+#endif
+	    F_AVX512F | F_AVX512BW | F_AVX512VL | F_AVX512VBMI | F_AVX512VNNI |
+	    F_BMI2 },
+	{ "avx2",
+#ifdef TQ_HAVE_AVX2
+	    tq_scan_avx2,
+#else
+	    NULL,
+#endif
+	    F_AVX2 | F_FMA | F_BMI2 },
+	{ "scalar", tq_scan_scalar, 0 },
+};
+#define NKERNELS (sizeof(kernels) / sizeof(kernels[0]))
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static unsigned cpu_have;
+static char cpu_names[128];
+static size_t chosen = NKERNELS - 1;
+
+#ifdef TQ_X86
+static uint64_t
+xgetbv0(void)
+{
+	uint32_t lo, hi;
+
+	/* xgetbv by opcode bytes: no target attribute needed. */
+	__asm__ volatile (".byte 0x0f, 0x01, 0xd0" : "=a"(lo), "=d"(hi) :
+	    "c"(0));
+	return (uint64_t)hi << 32 | lo;
+}
+
+static unsigned
+detect(void)
+{
+	unsigned a, b, c, d, have = 0, max;
+	int ymm = 0, zmm = 0;
+
+	if (!__get_cpuid(0, &max, &b, &c, &d) || max < 1)
+		return 0;
+	__get_cpuid_count(1, 0, &a, &b, &c, &d);
+	if (c & (1u << 20))
+		have |= F_SSE42;
+	/* OSXSAVE: xgetbv is usable and tells which state the OS saves. */
+	if (c & (1u << 27)) {
+		uint64_t xcr0 = xgetbv0();
+
+		ymm = (xcr0 & 0x6) == 0x6;		/* XMM, YMM */
+		zmm = ymm && (xcr0 & 0xe0) == 0xe0;	/* opmask, ZMM */
+	}
+	if (ymm && (c & (1u << 28)))
+		have |= F_AVX;
+	if (ymm && (c & (1u << 12)))
+		have |= F_FMA;
+	if (max >= 7) {
+		__get_cpuid_count(7, 0, &a, &b, &c, &d);
+		if (b & (1u << 8))
+			have |= F_BMI2;
+		if (ymm && (b & (1u << 5)))
+			have |= F_AVX2;
+		if (zmm && (b & (1u << 16))) {
+			have |= F_AVX512F;
+			if (b & (1u << 30))
+				have |= F_AVX512BW;
+			if (b & (1u << 31))
+				have |= F_AVX512VL;
+			if (c & (1u << 1))
+				have |= F_AVX512VBMI;
+			if (c & (1u << 11))
+				have |= F_AVX512VNNI;
+		}
+	}
+	return have;
+}
+#else
+static unsigned
+detect(void)
+{
+	return 0;
+}
+#endif
+
+static void
+init(void)
+{
+	const char *isa = getenv("TQ_ISA");
+	size_t i, start = 0, len = 0;
+
+	cpu_have = detect();
+	for (i = 0; i < sizeof(feature_names) / sizeof(feature_names[0]); i++) {
+		size_t nl = strlen(feature_names[i].name);
+
+		if (!(cpu_have & feature_names[i].bit) ||
+		    len + nl + 2 > sizeof(cpu_names))
+			continue;
+		if (len > 0)
+			cpu_names[len++] = ' ';
+		memcpy(cpu_names + len, feature_names[i].name, nl);
+		len += nl;
+	}
+	cpu_names[len] = '\0';
+
+	if (isa != NULL)
+		for (i = 0; i < NKERNELS; i++)
+			if (strcmp(isa, kernels[i].name) == 0)
+				start = i;
+	for (i = start; i < NKERNELS; i++)
+		if (kernels[i].fn != NULL &&
+		    (cpu_have & kernels[i].need) == kernels[i].need)
+			break;
+	chosen = i < NKERNELS ? i : NKERNELS - 1;
+}
+
+tq_scan_fn
+tq_scan_kernel(void)
+{
+	pthread_once(&once, init);
+	return kernels[chosen].fn;
+}
+
+const char *
+tq_kernel_name(void)
+{
+	pthread_once(&once, init);
+	return kernels[chosen].name;
+}
+
+const char *
+tq_cpu_features(void)
+{
+	pthread_once(&once, init);
+	return cpu_names;
+}

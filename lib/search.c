@@ -1,0 +1,630 @@
+/*
+ * search.c - query tables, the scan over all blocks, threads, re-rank.
+ *
+ * A query q is normalised (cosine), rotated (R q, many queries per BLAS
+ * call) and turned into u8 tables, one per field (tq_lut_build).  The scan
+ * kernel sums table entries for 32 vectors per block; the sums map back to
+ * an estimate of <q, x>:
+ *
+ *     <q, x> ~= s * (scale * sum + bias) + b' + <q, c>
+ *
+ * with s, b' the vector's factors and c the quantizer's centre.  For l2 the
+ * key is -(|q|^2 - 2 <q, x> + |x|^2).  The best candidates by key are kept
+ * in a heap of row numbers; with re-rank their exact scores are computed
+ * from the stored originals and the best k of those are returned.
+ * Final results are ordered by (key, external id); the candidate heap
+ * breaks ties at its boundary by row number.
+ *
+ * Threads take contiguous ranges of queries and scan them in tiles of
+ * QTILE queries over slices of the codes, so the codes come from memory
+ * once per tile.  With fewer queries than threads, each query's blocks are
+ * split between the threads instead and their heaps merged.
+ *
+ * Results never depend on the number of threads.  Queries are prepared in
+ * chunks whose boundaries depend only on nq and dim, so every query is
+ * rotated in the same BLAS call whatever the thread count; each query's
+ * keys are computed by the same expression in every thread; and the heaps
+ * order (key, row) totally, so heaps filled over disjoint ranges of blocks
+ * merge into exactly the heap of the whole scan.
+ */
+#include <float.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* Blocks per kernel call: 64 * 32 u32 sums stay in L1. */
+#define SCAN_BLOCKS 64
+/*
+ * Query tiles: a thread scans a slice of about TILE_BYTES of codes for up
+ * to QTILE queries before moving on, so the codes come from DRAM once per
+ * tile instead of once per query (the scan is bound by memory bandwidth
+ * otherwise).
+ */
+#define QTILE 16
+#define TILE_BYTES (256u << 10)
+/* Most queries prepared at once, and most floats per preparation buffer. */
+#define QCHUNK_MAX 1024
+#define QCHUNK_FLOATS (1u << 22)
+
+void
+tq_search_params_default(struct tq_search_params *p)
+{
+	p->k = 10;
+	p->oversample = 1.0f;
+	p->threads = 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Tables                                                                    */
+
+/*
+ * The products rq[coord] * centroid[c] of field f's coordinates; the
+ * coordinates past dim contribute nothing.
+ */
+static void
+field_products(const struct tq_quantizer *q, const float *rq, uint32_t f,
+    float prod[4][16])
+{
+	unsigned t, c;
+
+	for (t = 0; t < q->coords_per_field; t++) {
+		uint64_t coord = (uint64_t)f * q->coords_per_field + t;
+		float r = coord < q->dim ? rq[coord] : 0.0f;
+
+		for (c = 0; c < q->nlevels; c++)
+			prod[t][c] = r * q->centroids[c];
+	}
+}
+
+/*
+ * Table entry v of a field: the sum of the products of its codes, taken
+ * from v `bits` at a time, always added in the same order.
+ */
+static void
+field_table(const struct tq_quantizer *q, float prod[4][16], float *tab)
+{
+	unsigned cpf = q->coords_per_field, bits = q->bits;
+	unsigned entries = 1u << q->field_bits, mask = q->nlevels - 1;
+	unsigned t, v;
+
+	for (v = 0; v < entries; v++) {
+		float s = prod[0][v & mask];
+
+		for (t = 1; t < cpf; t++)
+			s += prod[t][(v >> (t * bits)) & mask];
+		tab[v] = s;
+	}
+}
+
+/*
+ * The smallest and largest entry of the table, without building it.
+ * Rounding is monotone, so a float product is monotone in the centroid
+ * (ascending) and a float sum in each term: the extremes of the table are
+ * the sums, in the same order, of each coordinate's extreme products, and
+ * they equal the minimum and maximum over the built table bit for bit.
+ */
+static void
+field_range(const struct tq_quantizer *q, float prod[4][16], float *lo,
+    float *hi)
+{
+	unsigned t, last = q->nlevels - 1;
+	float a = 0.0f, b = 0.0f;
+
+	for (t = 0; t < q->coords_per_field; t++) {
+		float p0 = prod[t][0], p1 = prod[t][last];
+		float mn = p0 < p1 ? p0 : p1, mx = p0 < p1 ? p1 : p0;
+
+		a = t == 0 ? mn : a + mn;
+		b = t == 0 ? mx : b + mx;
+	}
+	*lo = a;
+	*hi = b;
+}
+
+void
+tq_lut_build(const struct tq_quantizer *q, const float *rq, struct tq_lut *t)
+{
+	unsigned entries = 1u << q->field_bits, v;
+	float prod[4][16], tab[64], delta = 0.0f, lo, hi;
+	double bias = 0.0;
+	uint32_t f;
+
+	/* Pass 1: the widest range of any field sets the common step. */
+	for (f = 0; f < q->nfields; f++) {
+		field_products(q, rq, f, prod);
+		field_range(q, prod, &lo, &hi);
+		if (hi - lo > delta)
+			delta = hi - lo;
+	}
+	delta /= 255.0f;
+	if (!(delta > 0.0f))
+		delta = 1.0f;
+
+	/*
+	 * Pass 2: entries relative to the field's minimum, in steps, rounded
+	 * to nearest, ties to even.  The quotient lies in [0, 255 + tiny], and
+	 * adding and subtracting 2^23 rounds such a float to an integer
+	 * exactly as lrintf does in the default rounding mode, without a
+	 * library call per entry (no -ffast-math: the compiler keeps it).
+	 */
+	for (f = 0; f < q->nfields; f++) {
+		uint8_t *out = t->lut + (size_t)f * entries;
+
+		field_products(q, rq, f, prod);
+		field_range(q, prod, &lo, &hi);
+		field_table(q, prod, tab);
+		for (v = 0; v < entries; v++) {
+			float r = (tab[v] - lo) / delta;
+
+#if FLT_EVAL_METHOD == 0
+			r = (r + 0x1p23f) - 0x1p23f;
+#else
+			r = (float)lrintf(r);
+#endif
+			out[v] = (uint8_t)(r < 0.0f ? 0 : r > 255.0f ? 255 :
+			    (int)r);
+		}
+		bias += lo;
+	}
+	t->entries = entries;
+	t->scale = delta;
+	t->bias = (float)bias;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Per-thread work                                                           */
+
+/* What every thread reads; fixed for one chunk of queries. */
+struct ctx {
+	const struct tq_index *ix;
+	const struct tq_quantizer *q;
+	tq_scan_fn scan;
+	enum tq_metric metric;
+	uint32_t dim;
+	uint32_t k;
+	int rerank;
+	/* The chunk: queries as scored (normalised for cosine), R q. */
+	const float *qv;
+	const float *rq;
+	const float *qc;	/* <q, c> */
+	const float *qn2;	/* |q|^2 */
+	uint64_t *ids;		/* output rows of the chunk's first query */
+	float *scores;
+	uint64_t tile_blocks;	/* blocks per slice of a query tile */
+	/* Block mode: the one query and its tables, built by the caller. */
+	size_t query;
+	const struct tq_lut *lut;
+};
+
+struct worker {
+	const struct ctx *c;
+	pthread_t tid;
+	int started;
+	int by_blocks;		/* scan blocks [b0, b1) of c->query */
+	size_t q0, q1;		/* else queries [q0, q1) of the chunk */
+	uint64_t b0, b1;
+	struct tq_lut lut[QTILE];	/* .lut: nfields * entries bytes */
+	uint32_t *acc;		/* SCAN_BLOCKS * 32 sums */
+	struct tq_topk cand[QTILE];	/* (estimated key, row) */
+	struct tq_topk fin;	/* results: (final key, external id) */
+};
+
+/* Scans blocks [b0, b1) for query i of the chunk into heap h. */
+static void
+scan_range(struct worker *w, const struct tq_lut *t, size_t i, uint64_t b0,
+    uint64_t b1, struct tq_topk *h)
+{
+	const struct ctx *c = w->c;
+	const struct tq_index *ix = c->ix;
+	const struct tq_quantizer *q = c->q;
+	float scale = t->scale, bias = t->bias, qc = c->qc[i];
+	float qn2 = c->qn2[i];
+	int l2 = c->metric == TQ_METRIC_L2;
+	uint64_t b;
+
+	for (b = b0; b < b1; b += SCAN_BLOCKS) {
+		size_t nb = b1 - b < SCAN_BLOCKS ? (size_t)(b1 - b) : SCAN_BLOCKS;
+		size_t bi;
+
+		c->scan(ix->codes + b * ix->block_bytes, nb, ix->block_bytes,
+		    q->nfields, q->field_bits, t->lut, w->acc);
+		for (bi = 0; bi < nb; bi++) {
+			const float *fs = ix->factors + (b + bi) * TQ_BLOCK *
+			    TQ_NFACTORS;
+			const uint32_t *acc = w->acc + bi * TQ_BLOCK;
+			uint64_t row = (b + bi) * TQ_BLOCK;
+			unsigned j, nj = TQ_BLOCK;
+
+			if (ix->n - row < TQ_BLOCK)
+				nj = (unsigned)(ix->n - row);
+			for (j = 0; j < nj; j++) {
+				float ip = fs[j] * (scale * (float)acc[j] +
+				    bias) + fs[TQ_BLOCK + j] + qc;
+				float key = l2 ? -(qn2 - 2.0f * ip +
+				    fs[2 * TQ_BLOCK + j]) : ip;
+
+				/* The heap's root is its worst entry. */
+				if (h->len == h->k && key < h->key[0])
+					continue;
+				tq_topk_push(h, key, row + j);
+			}
+		}
+	}
+}
+
+/* The exact key of stored row r for query vector qv. */
+static float
+exact_key(const struct ctx *c, const float *qv, uint64_t r)
+{
+	const struct tq_index *ix = c->ix;
+	uint32_t d, dim = c->dim;
+	double s = 0.0;
+
+	if (ix->originals == TQ_ORIG_F16) {
+		const uint8_t *x = ix->orig + r * dim * 2;
+
+		for (d = 0; d < dim; d++) {
+			float xv = tq_f16_to_f32(rd_le16(x + 2 * (size_t)d));
+
+			if (c->metric == TQ_METRIC_L2) {
+				double e = (double)qv[d] - (double)xv;
+
+				s += e * e;
+			} else
+				s += (double)qv[d] * (double)xv;
+		}
+	} else {
+		const uint8_t *x = ix->orig + r * dim * 4;
+
+		for (d = 0; d < dim; d++) {
+			float xv = rd_lef32(x + 4 * (size_t)d);
+
+			if (c->metric == TQ_METRIC_L2) {
+				double e = (double)qv[d] - (double)xv;
+
+				s += e * e;
+			} else
+				s += (double)qv[d] * (double)xv;
+		}
+	}
+	return c->metric == TQ_METRIC_L2 ? (float)-s : (float)s;
+}
+
+/* Turns the candidates of query i into its k results, best first. */
+static void
+finish(struct worker *w, size_t i, const struct tq_topk *cand)
+{
+	const struct ctx *c = w->c;
+	const float *qv = c->qv + i * c->dim;
+	uint64_t *ids = c->ids + i * c->k;
+	float *scores = c->scores + i * c->k;
+	uint32_t t;
+
+	tq_topk_reset(&w->fin);
+	for (t = 0; t < cand->len; t++) {
+		float key = c->rerank ? exact_key(c, qv, cand->id[t]) :
+		    cand->key[t];
+
+		tq_topk_push(&w->fin, key, tq_index_id(c->ix, cand->id[t]));
+	}
+	tq_topk_sort(&w->fin);
+	for (t = 0; t < c->k; t++) {
+		if (t < w->fin.len) {
+			ids[t] = w->fin.id[t];
+			scores[t] = c->metric == TQ_METRIC_L2 ?
+			    -w->fin.key[t] : w->fin.key[t];
+		} else {
+			ids[t] = UINT64_MAX;
+			scores[t] = NAN;
+		}
+	}
+}
+
+static void *
+run(void *arg)
+{
+	struct worker *w = arg;
+	const struct ctx *c = w->c;
+	size_t i;
+
+	if (w->by_blocks) {
+		tq_topk_reset(&w->cand[0]);
+		scan_range(w, c->lut, c->query, w->b0, w->b1, &w->cand[0]);
+		return NULL;
+	}
+	for (i = w->q0; i < w->q1; i += QTILE) {
+		size_t m = w->q1 - i < QTILE ? w->q1 - i : QTILE, j;
+		uint64_t b, nb = c->ix->nblocks, step = c->tile_blocks;
+
+		for (j = 0; j < m; j++) {
+			tq_lut_build(c->q, c->rq + (i + j) * c->dim,
+			    &w->lut[j]);
+			tq_topk_reset(&w->cand[j]);
+		}
+		for (b = 0; b < nb; b += step) {
+			uint64_t e = nb - b < step ? nb : b + step;
+
+			for (j = 0; j < m; j++)
+				scan_range(w, &w->lut[j], i + j, b, e,
+				    &w->cand[j]);
+		}
+		for (j = 0; j < m; j++)
+			finish(w, i + j, &w->cand[j]);
+	}
+	return NULL;
+}
+
+/*
+ * Runs workers 0..n-1: 1..n-1 in threads, 0 in the caller.  A thread that
+ * cannot be created has its share run by the caller instead: the work of
+ * each worker is fixed in advance, so the results are the same.
+ */
+static void
+run_all(struct worker *w, unsigned n)
+{
+	unsigned t;
+
+	for (t = 1; t < n; t++)
+		w[t].started = pthread_create(&w[t].tid, NULL, run, &w[t]) == 0;
+	run(&w[0]);
+	for (t = 1; t < n; t++) {
+		if (w[t].started)
+			pthread_join(w[t].tid, NULL);
+		else
+			run(&w[t]);
+		w[t].started = 0;
+	}
+}
+
+/* ------------------------------------------------------------------------ */
+/* Search                                                                    */
+
+static enum tq_status
+check_queries(const float *queries, size_t nq, uint32_t dim)
+{
+	size_t i;
+	uint32_t d;
+
+	for (i = 0; i < nq; i++)
+		for (d = 0; d < dim; d++)
+			if (!isfinite(queries[i * dim + d]))
+				return tq_fail(TQ_ERR_NONFINITE, "query %zu, "
+				    "column %u: value is NaN or infinite", i, d);
+	return TQ_OK;
+}
+
+struct scratch {
+	struct worker *w;
+	unsigned nw;
+	float *qv, *rq, *qc, *qn2;
+};
+
+static void
+scratch_free(struct scratch *s)
+{
+	unsigned t, j;
+
+	if (s->w != NULL)
+		for (t = 0; t < s->nw; t++) {
+			for (j = 0; j < QTILE; j++) {
+				free(s->w[t].lut[j].lut);
+				tq_topk_free(&s->w[t].cand[j]);
+			}
+			free(s->w[t].acc);
+			tq_topk_free(&s->w[t].fin);
+		}
+	free(s->w);
+	free(s->qv);
+	free(s->rq);
+	free(s->qc);
+	free(s->qn2);
+}
+
+static enum tq_status
+scratch_alloc(struct scratch *s, const struct tq_quantizer *q, unsigned nw,
+    size_t chunk, uint32_t kc, uint32_t kf, int cosine)
+{
+	size_t lutbytes = (size_t)q->nfields << q->field_bits;
+	unsigned t, j;
+
+	memset(s, 0, sizeof(*s));
+	s->w = tq_callocarray(nw, sizeof(*s->w));
+	if (s->w == NULL)
+		return tq_fail(TQ_ERR_NOMEM, "search: %u workers", nw);
+	s->nw = nw;
+	for (t = 0; t < nw; t++) {
+		struct worker *w = &s->w[t];
+
+		w->acc = tq_mallocarray(SCAN_BLOCKS * TQ_BLOCK,
+		    sizeof(*w->acc));
+		if (w->acc == NULL)
+			return tq_fail(TQ_ERR_NOMEM, "search: sums");
+		for (j = 0; j < QTILE; j++) {
+			w->lut[j].lut = malloc(lutbytes);
+			if (w->lut[j].lut == NULL)
+				return tq_fail(TQ_ERR_NOMEM, "search: tables");
+			TQ_TRY(tq_topk_init(&w->cand[j], kc));
+		}
+		TQ_TRY(tq_topk_init(&w->fin, kf));
+	}
+	s->rq = tq_mallocarray(chunk * q->dim, sizeof(*s->rq));
+	s->qc = tq_mallocarray(chunk, sizeof(*s->qc));
+	s->qn2 = tq_mallocarray(chunk, sizeof(*s->qn2));
+	if (cosine)
+		s->qv = tq_mallocarray(chunk * q->dim, sizeof(*s->qv));
+	if (s->rq == NULL || s->qc == NULL || s->qn2 == NULL ||
+	    (cosine && s->qv == NULL))
+		return tq_fail(TQ_ERR_NOMEM, "search: query buffers");
+	return TQ_OK;
+}
+
+/* Searches one prepared chunk of m queries with up to nw workers. */
+static void
+search_chunk(struct ctx *c, struct scratch *s, size_t m)
+{
+	const struct tq_index *ix = c->ix;
+	unsigned nw = s->nw, t;
+	size_t i;
+
+	if (m >= nw) {
+		/* Contiguous ranges of queries, one per worker. */
+		for (t = 0; t < nw; t++) {
+			s->w[t].by_blocks = 0;
+			s->w[t].q0 = m * t / nw;
+			s->w[t].q1 = m * (t + 1) / nw;
+		}
+		run_all(s->w, nw);
+		return;
+	}
+
+	/* Few queries: split each query's blocks, merge the heaps. */
+	if (ix->nblocks < nw)
+		nw = ix->nblocks > 0 ? (unsigned)ix->nblocks : 1;
+	for (i = 0; i < m; i++) {
+		struct worker *w0 = &s->w[0];
+
+		tq_lut_build(c->q, c->rq + i * c->dim, &w0->lut[0]);
+		c->query = i;
+		c->lut = &w0->lut[0];
+		for (t = 0; t < nw; t++) {
+			s->w[t].by_blocks = 1;
+			s->w[t].b0 = ix->nblocks * t / nw;
+			s->w[t].b1 = ix->nblocks * (t + 1) / nw;
+		}
+		run_all(s->w, nw);
+		for (t = 1; t < nw; t++) {
+			const struct tq_topk *h = &s->w[t].cand[0];
+			uint32_t e;
+
+			for (e = 0; e < h->len; e++)
+				tq_topk_push(&w0->cand[0], h->key[e],
+				    h->id[e]);
+		}
+		finish(w0, i, &w0->cand[0]);
+	}
+}
+
+enum tq_status
+tq_search(const struct tq_index *ix, const float *queries, size_t nq,
+    const struct tq_search_params *p, uint64_t *ids, float *scores)
+{
+	struct tq_search_params def;
+	const struct tq_quantizer *q;
+	struct scratch s;
+	struct ctx c;
+	uint32_t dim, kc, kf;
+	size_t chunk, c0, i;
+	unsigned nw;
+	int cosine;
+	enum tq_status st;
+
+	if (ix == NULL || (nq > 0 && (queries == NULL || ids == NULL ||
+	    scores == NULL)))
+		return tq_fail(TQ_ERR_ARG, "search: NULL argument");
+	if (p == NULL) {
+		tq_search_params_default(&def);
+		p = &def;
+	}
+	if (p->k < 1)
+		return tq_fail(TQ_ERR_ARG, "k must be at least 1");
+	if (isnan(p->oversample))
+		return tq_fail(TQ_ERR_ARG, "oversample is NaN");
+	if (p->oversample > 1.0f && ix->originals == TQ_ORIG_NONE)
+		return tq_fail(TQ_ERR_NOORIG, "re-rank (oversample %g) needs "
+		    "the originals, and the index has none",
+		    (double)p->oversample);
+	q = ix->q;
+	dim = q->dim;
+	TQ_TRY(check_queries(queries, nq, dim));
+	if (nq == 0)
+		return TQ_OK;
+
+	/* Candidates: k, or k * oversample for re-rank; never more than n. */
+	kf = ix->n < p->k ? (uint32_t)ix->n : p->k;
+	kc = kf;
+	if (p->oversample > 1.0f) {
+		double want = ceil((double)p->k * (double)p->oversample);
+
+		if (want > (double)ix->n)
+			want = (double)ix->n;
+		if (want > (double)UINT32_MAX)
+			want = (double)UINT32_MAX;
+		if ((uint32_t)want > kc)
+			kc = (uint32_t)want;
+	}
+
+	/* Chunk boundaries depend on nq and dim only (see the top). */
+	chunk = QCHUNK_FLOATS / dim;
+	if (chunk > QCHUNK_MAX)
+		chunk = QCHUNK_MAX;
+	if (chunk < 1)
+		chunk = 1;
+	if (chunk > nq)
+		chunk = nq;
+	nw = p->threads ? p->threads : tq_ncpu();
+	if (nw > 1024)
+		nw = 1024;
+	if (nw > nq && nw > ix->nblocks)
+		nw = (unsigned)(nq > ix->nblocks ? nq :
+		    ix->nblocks > 0 ? ix->nblocks : 1);
+	cosine = q->metric == TQ_METRIC_COSINE;
+
+	st = scratch_alloc(&s, q, nw, chunk, kc, kf, cosine);
+	if (st != TQ_OK) {
+		scratch_free(&s);
+		return st;
+	}
+	memset(&c, 0, sizeof(c));
+	c.ix = ix;
+	c.q = q;
+	c.scan = tq_scan_kernel();
+	c.metric = q->metric;
+	c.dim = dim;
+	c.k = p->k;
+	c.rerank = p->oversample > 1.0f;
+	c.rq = s.rq;
+	c.qc = s.qc;
+	c.qn2 = s.qn2;
+	c.tile_blocks = TILE_BYTES / ix->block_bytes;
+	if (c.tile_blocks < 1)
+		c.tile_blocks = 1;
+	for (i = 0; i < nw; i++)
+		s.w[i].c = &c;
+
+	for (c0 = 0; c0 < nq; c0 += chunk) {
+		size_t m = nq - c0 < chunk ? nq - c0 : chunk;
+		const float *qv = queries + c0 * dim;
+
+		for (i = 0; i < m; i++) {
+			const float *x = qv + i * dim;
+			double qc = 0.0, n2 = 0.0;
+			uint32_t d;
+
+			if (cosine) {
+				n2 = tq_normalise(x, dim, s.qv + i * dim);
+				x = s.qv + i * dim;
+			} else {
+				for (d = 0; d < dim; d++)
+					n2 += (double)x[d] * (double)x[d];
+			}
+			if (q->centre != NULL)
+				for (d = 0; d < dim; d++)
+					qc += (double)x[d] *
+					    (double)q->centre[d];
+			s.qc[i] = (float)qc;
+			s.qn2[i] = (float)n2;
+		}
+		if (cosine)
+			qv = s.qv;
+		tq_rotate(q, qv, m, s.rq);
+		c.qv = qv;
+		c.ids = ids + c0 * p->k;
+		c.scores = scores + c0 * p->k;
+		search_chunk(&c, &s, m);
+	}
+	scratch_free(&s);
+	return TQ_OK;
+}

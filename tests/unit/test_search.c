@@ -1,0 +1,1016 @@
+/*
+ * test_search.c - top-k heaps, the scalar scan kernel, query tables,
+ * tq_search on a hand-assembled index and tq_exact_search.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "unit.h"
+
+/* ------------------------------------------------------------------------ */
+/* Helpers                                                                   */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static uint64_t
+rnd(void)
+{
+	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static double
+unif(void)
+{
+	return (double)(rnd() >> 11) * 0x1p-53;
+}
+
+static float
+gauss(void)
+{
+	double u = unif(), v = unif();
+
+	return (float)(sqrt(-2.0 * log(u + 1e-300)) * cos(6.283185307179586 * v));
+}
+
+struct pair {
+	float key;
+	uint64_t id;
+};
+
+/* Best first: higher key, then smaller id. */
+static int
+cmp_pair(const void *a, const void *b)
+{
+	const struct pair *x = a, *y = b;
+
+	if (x->key != y->key)
+		return x->key > y->key ? -1 : 1;
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* ------------------------------------------------------------------------ */
+/* (1) top-k against sorting                                                 */
+
+static void
+test_topk(void)
+{
+	static const uint32_t ks[] = { 1, 2, 5, 17, 100, 250, 300 };
+	struct pair *all;
+	struct tq_topk h;
+	size_t n = 250, i, trial, ki;
+
+	all = malloc(n * sizeof(*all));
+	for (trial = 0; trial < 20; trial++) {
+		/* Distinct ids in random order; keys from a few values. */
+		for (i = 0; i < n; i++)
+			all[i].id = i * 3 + 1;
+		for (i = n - 1; i > 0; i--) {
+			size_t j = rnd() % (i + 1);
+			uint64_t t = all[i].id;
+
+			all[i].id = all[j].id;
+			all[j].id = t;
+		}
+		for (i = 0; i < n; i++)
+			all[i].key = trial % 2 ? (float)(rnd() % 4) :
+			    gauss();
+		for (ki = 0; ki < sizeof(ks) / sizeof(ks[0]); ki++) {
+			uint32_t k = ks[ki], want = k < n ? k : (uint32_t)n;
+			struct pair *s = malloc(n * sizeof(*s));
+			int ok = 1;
+
+			CHECK_ST(tq_topk_init(&h, k), TQ_OK);
+			for (i = 0; i < n; i++) {
+				int adm = tq_topk_admits(&h, all[i].key,
+				    all[i].id);
+				uint32_t len = h.len;
+				float root = h.len ? h.key[0] : 0;
+				uint64_t rid = h.len ? h.id[0] : 0;
+
+				tq_topk_push(&h, all[i].key, all[i].id);
+				/* Admitted iff the heap changed. */
+				if (adm != (h.len != len || h.key[0] != root ||
+				    h.id[0] != rid))
+					ok = 0;
+			}
+			CHECK(ok);
+			tq_topk_sort(&h);
+			memcpy(s, all, n * sizeof(*s));
+			qsort(s, n, sizeof(*s), cmp_pair);
+			CHECK(h.len == want);
+			for (i = 0; i < want && i < h.len; i++)
+				if (h.key[i] != s[i].key || h.id[i] != s[i].id)
+					ok = 0;
+			CHECK(ok);
+			/* Reset and refill in reverse: same result. */
+			tq_topk_reset(&h);
+			for (i = n; i-- > 0;)
+				tq_topk_push(&h, all[i].key, all[i].id);
+			tq_topk_sort(&h);
+			for (i = 0; i < want && i < h.len; i++)
+				if (h.key[i] != s[i].key || h.id[i] != s[i].id)
+					ok = 0;
+			CHECK(ok);
+			tq_topk_free(&h);
+			free(s);
+		}
+	}
+	free(all);
+
+	/* NaN never beats a number; k = 0 admits nothing. */
+	CHECK_ST(tq_topk_init(&h, 1), TQ_OK);
+	tq_topk_push(&h, NAN, 1);
+	tq_topk_push(&h, -1e30f, 2);
+	CHECK(h.len == 1 && h.id[0] == 2);
+	CHECK(!tq_topk_admits(&h, NAN, 0));
+	tq_topk_free(&h);
+	tq_topk_free(&h);
+	CHECK_ST(tq_topk_init(&h, 0), TQ_OK);
+	CHECK(!tq_topk_admits(&h, 1.0f, 0));
+	tq_topk_push(&h, 1.0f, 0);
+	CHECK(h.len == 0);
+	tq_topk_sort(&h);
+	tq_topk_free(&h);
+}
+
+/* ------------------------------------------------------------------------ */
+/* (2) the scan kernels against a naive sum over unpacked codes              */
+
+static void
+layout(struct tq_quantizer *q, uint32_t dim, unsigned bits)
+{
+	memset(q, 0, sizeof(*q));
+	q->dim = dim;
+	q->bits = bits;
+	q->nlevels = 1u << bits;
+	q->metric = TQ_METRIC_IP;
+	tq_quantizer_layout(q);
+}
+
+/* The field values of one vector's unpacked codes. */
+static unsigned
+field_value(const struct tq_quantizer *q, const uint8_t *codes, uint32_t f)
+{
+	unsigned t, v = 0;
+
+	for (t = 0; t < q->coords_per_field; t++) {
+		uint64_t c = (uint64_t)f * q->coords_per_field + t;
+
+		if (c < q->dim)
+			v |= (unsigned)codes[c] << (t * q->bits);
+	}
+	return v;
+}
+
+static void
+test_scan(void)
+{
+	static const uint32_t dims[] = { 1, 3, 7, 8, 9, 15, 16, 17, 31, 32,
+	    33, 64, 100, 784, 1536 };
+	static const size_t counts[] = { 1, 31, 32, 33, 100 };
+	tq_scan_fn kern = tq_scan_kernel();
+	unsigned bits;
+	size_t di, ci;
+
+	for (bits = 1; bits <= 4; bits++)
+	for (di = 0; di < sizeof(dims) / sizeof(dims[0]); di++)
+	for (ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++) {
+		struct tq_quantizer q;
+		uint32_t dim = dims[di], f;
+		size_t n = counts[ci], nb = (n + 31) / 32, bb, i, b;
+		unsigned entries;
+		uint8_t *codes, *blocks, *lut, *row;
+		uint32_t *acc, *acc2;
+		int ok_codes = 1, ok_sum = 1, ok_kern = 1;
+
+		layout(&q, dim, bits);
+		CHECK(q.nfields % 4 == 0);
+		CHECK(q.nfields * q.coords_per_field >= dim);
+		entries = 1u << q.field_bits;
+		bb = tq_block_bytes(&q);
+		CHECK(bb == (q.field_bits == 4 ? q.nfields * 16 :
+		    q.nfields / 4 * 96));
+		codes = malloc(n * dim);
+		blocks = malloc(nb * bb);
+		lut = malloc((size_t)q.nfields * entries);
+		row = malloc(dim);
+		acc = malloc(nb * 32 * sizeof(*acc));
+		acc2 = malloc(nb * 32 * sizeof(*acc2));
+		for (i = 0; i < n * dim; i++)
+			codes[i] = (uint8_t)(rnd() % q.nlevels);
+		for (i = 0; i < (size_t)q.nfields * entries; i++)
+			lut[i] = (uint8_t)rnd();
+		/* Some extremes: sums near the largest. */
+		if (ci == 0)
+			memset(lut, 255, (size_t)q.nfields * entries);
+		for (b = 0; b < nb; b++)
+			tq_pack_block(&q, codes + b * 32 * dim,
+			    n - b * 32 < 32 ? n - b * 32 : 32,
+			    blocks + b * bb);
+		tq_scan_scalar(blocks, nb, bb, q.nfields, q.field_bits, lut,
+		    acc);
+		kern(blocks, nb, bb, q.nfields, q.field_bits, lut, acc2);
+		for (i = 0; i < nb * 32; i++) {
+			uint32_t want = 0;
+			int real = i < n;
+
+			tq_unpack_block_row(&q, blocks + (i / 32) * bb,
+			    (unsigned)(i % 32), row);
+			if (real && memcmp(row, codes + i * dim, dim) != 0)
+				ok_codes = 0;
+			for (f = 0; f < q.nfields; f++)
+				want += lut[(size_t)f * entries +
+				    (real ? field_value(&q, row, f) : 0)];
+			if (acc[i] != want)
+				ok_sum = 0;
+			if (acc2[i] != acc[i])
+				ok_kern = 0;
+		}
+		CHECK(ok_codes);
+		CHECK(ok_sum);
+		CHECK(ok_kern);
+		if (!ok_codes || !ok_sum || !ok_kern)
+			fprintf(stderr, "  scan: bits %u dim %u n %zu\n",
+			    bits, dim, n);
+		free(codes);
+		free(blocks);
+		free(lut);
+		free(row);
+		free(acc);
+		free(acc2);
+	}
+}
+
+/* ------------------------------------------------------------------------ */
+/* (3) table quantisation error                                              */
+
+static struct tq_quantizer *
+fit(uint32_t dim, unsigned bits, enum tq_metric m)
+{
+	struct tq_fit_params p;
+	struct tq_quantizer *q = NULL;
+
+	tq_fit_params_default(&p);
+	p.dim = dim;
+	p.bits = bits;
+	p.metric = m;
+	p.seed = 7;
+	if (tq_quantizer_fit(&p, NULL, &q) != TQ_OK) {
+		fprintf(stderr, "  fit: %s\n", tq_errdetail());
+		return NULL;
+	}
+	return q;
+}
+
+/*
+ * The tables as specified, the slow way: every entry enumerated for the
+ * minimum and maximum, lrintf for the rounding.
+ */
+static void
+ref_lut(const struct tq_quantizer *q, const float *rq, uint8_t *lut,
+    float *scale, float *bias)
+{
+	unsigned entries = 1u << q->field_bits, cpf = q->coords_per_field;
+	unsigned mask = q->nlevels - 1, v, t;
+	float *tab = malloc((size_t)q->nfields * entries * sizeof(*tab));
+	float *lo = malloc(q->nfields * sizeof(*lo)), delta = 0;
+	double b = 0;
+	uint32_t f;
+
+	for (f = 0; f < q->nfields; f++) {
+		float mn = 0, mx = 0;
+
+		for (v = 0; v < entries; v++) {
+			float sum = 0;
+
+			for (t = 0; t < cpf; t++) {
+				uint64_t c = (uint64_t)f * cpf + t;
+				float pr = (c < q->dim ? rq[c] : 0.0f) *
+				    q->centroids[(v >> (t * q->bits)) & mask];
+
+				sum = t == 0 ? pr : sum + pr;
+			}
+			tab[(size_t)f * entries + v] = sum;
+			if (v == 0 || sum < mn)
+				mn = sum;
+			if (v == 0 || sum > mx)
+				mx = sum;
+		}
+		lo[f] = mn;
+		if (mx - mn > delta)
+			delta = mx - mn;
+	}
+	delta /= 255.0f;
+	if (delta == 0)
+		delta = 1;
+	for (f = 0; f < q->nfields; f++) {
+		for (v = 0; v < entries; v++) {
+			long r = lrintf((tab[(size_t)f * entries + v] -
+			    lo[f]) / delta);
+
+			lut[(size_t)f * entries + v] =
+			    (uint8_t)(r < 0 ? 0 : r > 255 ? 255 : r);
+		}
+		b += lo[f];
+	}
+	*scale = delta;
+	*bias = (float)b;
+	free(tab);
+	free(lo);
+}
+
+static void
+test_lut(void)
+{
+	static const uint32_t dims[] = { 1, 7, 33, 100, 784 };
+	unsigned bits;
+	size_t di;
+
+	for (bits = 1; bits <= 4; bits++)
+	for (di = 0; di < sizeof(dims) / sizeof(dims[0]); di++) {
+		uint32_t dim = dims[di], d, f;
+		struct tq_quantizer *q = fit(dim, bits, TQ_METRIC_IP);
+		struct tq_lut t;
+		float *rq;
+		uint8_t *codes;
+		int trial, ok = 1, ok_pad = 1, ok_ref = 1;
+		uint8_t *ref;
+		float rscale, rbias;
+
+		CHECK(q != NULL);
+		if (q == NULL)
+			continue;
+		t.entries = 1u << q->field_bits;
+		t.lut = malloc((size_t)q->nfields * t.entries);
+		rq = malloc(dim * sizeof(*rq));
+		codes = malloc(dim);
+		ref = malloc((size_t)q->nfields * t.entries);
+		for (trial = 0; trial < 20; trial++) {
+			double exact = 0.0, est;
+			uint32_t sum = 0;
+
+			for (d = 0; d < dim; d++)
+				rq[d] = gauss() * (trial == 0 ? 0.0f :
+				    trial == 1 ? 1e6f : 1.0f);
+			tq_lut_build(q, rq, &t);
+			ref_lut(q, rq, ref, &rscale, &rbias);
+			if (memcmp(ref, t.lut, (size_t)q->nfields *
+			    t.entries) != 0 || rscale != t.scale ||
+			    rbias != t.bias)
+				ok_ref = 0;
+			CHECK(t.entries == 1u << q->field_bits);
+			CHECK(t.scale > 0);
+			for (d = 0; d < dim; d++) {
+				codes[d] = (uint8_t)(rnd() % q->nlevels);
+				exact += (double)rq[d] *
+				    q->centroids[codes[d]];
+			}
+			for (f = 0; f < q->nfields; f++)
+				sum += t.lut[(size_t)f * t.entries +
+				    field_value(q, codes, f)];
+			est = (double)t.scale * sum + t.bias;
+			if (fabs(est - exact) > q->nfields * t.scale / 2 *
+			    (1 + 1e-4) + 1e-5 * (fabs(exact) + fabs(t.bias) +
+			    t.scale * sum))
+				ok = 0;
+			/* Padded fields: all entries 0. */
+			for (f = (dim + q->coords_per_field - 1) /
+			    q->coords_per_field; f < q->nfields; f++) {
+				unsigned v;
+
+				for (v = 0; v < t.entries; v++)
+					if (t.lut[(size_t)f * t.entries + v])
+						ok_pad = 0;
+			}
+		}
+		CHECK(ok);
+		CHECK(ok_pad);
+		CHECK(ok_ref);
+		free(ref);
+		if (!ok)
+			fprintf(stderr, "  lut: bits %u dim %u\n", bits, dim);
+		free(t.lut);
+		free(rq);
+		free(codes);
+		tq_quantizer_free(q);
+	}
+}
+
+/* ------------------------------------------------------------------------ */
+/* (4) tq_search on a hand-made index                                        */
+
+struct mem_index {
+	struct tq_index ix;
+	uint8_t *codes;
+	float *factors;
+	uint8_t *ids;
+	uint8_t *orig;
+	float *x;		/* the originals as floats (as stored) */
+	uint8_t *ucodes;	/* unpacked codes */
+	float *fac;		/* factors per row */
+};
+
+static void
+normalise_rows(float *x, size_t rows, uint32_t dim)
+{
+	size_t i;
+	uint32_t j;
+
+	for (i = 0; i < rows; i++) {
+		float *v = x + i * dim;
+		double s = 0;
+
+		for (j = 0; j < dim; j++)
+			s += (double)v[j] * v[j];
+		if (s > 0) {
+			float inv = (float)(1.0 / sqrt(s));
+
+			for (j = 0; j < dim; j++)
+				v[j] *= inv;
+		}
+	}
+}
+
+static int
+mem_index_make(struct mem_index *m, struct tq_quantizer *q, const float *x,
+    size_t n, enum tq_originals orig)
+{
+	uint32_t dim = q->dim;
+	size_t nb = (n + 31) / 32, bb = tq_block_bytes(q), b, i, j;
+	enum tq_status st;
+
+	memset(m, 0, sizeof(*m));
+	m->ucodes = malloc(n * dim + 1);
+	m->fac = malloc((n * TQ_NFACTORS + 1) * sizeof(float));
+	m->codes = malloc(nb * bb + 1);
+	m->factors = calloc(nb * 96 + 1, sizeof(float));
+	m->ids = malloc(n * 8 + 1);
+	m->orig = malloc(n * dim * 4 + 1);
+	m->x = malloc((n * dim + 1) * sizeof(float));
+	st = tq_encode_unpacked(q, x, n, m->ucodes, m->fac);
+	if (st != TQ_OK) {
+		fprintf(stderr, "  encode: %s\n", tq_errdetail());
+		return -1;
+	}
+	for (b = 0; b < nb; b++) {
+		size_t rows = n - b * 32 < 32 ? n - b * 32 : 32;
+
+		tq_pack_block(q, m->ucodes + b * 32 * dim, rows,
+		    m->codes + b * bb);
+		for (j = 0; j < rows; j++) {
+			m->factors[b * 96 + j] = m->fac[(b * 32 + j) * 3];
+			m->factors[b * 96 + 32 + j] =
+			    m->fac[(b * 32 + j) * 3 + 1];
+			m->factors[b * 96 + 64 + j] =
+			    m->fac[(b * 32 + j) * 3 + 2];
+		}
+	}
+	/* External ids: decreasing, so row order and id order differ. */
+	for (i = 0; i < n; i++)
+		wr_le64(m->ids + 8 * i, 1000000 - 3 * (uint64_t)i);
+	memcpy(m->x, x, n * dim * sizeof(float));
+	if (q->metric == TQ_METRIC_COSINE)
+		normalise_rows(m->x, n, dim);
+	for (i = 0; i < n * dim; i++) {
+		if (orig == TQ_ORIG_F16) {
+			uint16_t h = tq_f32_to_f16(m->x[i]);
+
+			wr_le16(m->orig + 2 * i, h);
+			m->x[i] = tq_f16_to_f32(h);
+		} else
+			wr_lef32(m->orig + 4 * i, m->x[i]);
+	}
+	m->ix.q = q;
+	m->ix.n = n;
+	m->ix.nblocks = nb;
+	m->ix.block_bytes = bb;
+	m->ix.originals = orig;
+	m->ix.codes = m->codes;
+	m->ix.factors = m->factors;
+	m->ix.ids = m->ids;
+	m->ix.orig = orig == TQ_ORIG_NONE ? NULL : m->orig;
+	return 0;
+}
+
+static void
+mem_index_free(struct mem_index *m)
+{
+	free(m->ucodes);
+	free(m->fac);
+	free(m->codes);
+	free(m->factors);
+	free(m->ids);
+	free(m->orig);
+	free(m->x);
+}
+
+/* Exact top-k as tq_search's re-rank defines it, by sorting everything. */
+static void
+brute(const struct mem_index *m, const float *query, uint32_t k,
+    uint64_t *ids, float *scores)
+{
+	const struct tq_quantizer *q = m->ix.q;
+	uint32_t dim = q->dim, d, t;
+	size_t n = m->ix.n, i;
+	struct pair *all = malloc((n + 1) * sizeof(*all));
+	float *qv = malloc(dim * sizeof(*qv));
+
+	memcpy(qv, query, dim * sizeof(*qv));
+	if (q->metric == TQ_METRIC_COSINE)
+		normalise_rows(qv, 1, dim);
+	for (i = 0; i < n; i++) {
+		double s = 0;
+
+		for (d = 0; d < dim; d++) {
+			if (q->metric == TQ_METRIC_L2) {
+				double e = (double)qv[d] -
+				    (double)m->x[i * dim + d];
+
+				s += e * e;
+			} else
+				s += (double)qv[d] * m->x[i * dim + d];
+		}
+		all[i].key = q->metric == TQ_METRIC_L2 ? (float)-s : (float)s;
+		all[i].id = tq_index_id(&m->ix, i);
+	}
+	qsort(all, n, sizeof(*all), cmp_pair);
+	for (t = 0; t < k; t++) {
+		ids[t] = t < n ? all[t].id : UINT64_MAX;
+		scores[t] = t >= n ? NAN : q->metric == TQ_METRIC_L2 ?
+		    -all[t].key : all[t].key;
+	}
+	free(all);
+	free(qv);
+}
+
+/*
+ * The estimated score of every row for one query, computed the long way:
+ * rotate, tables, unpack each row's codes from its block, sum, factors.
+ */
+static void
+estimates(const struct mem_index *m, const float *query, float *est)
+{
+	const struct tq_quantizer *q = m->ix.q;
+	uint32_t dim = q->dim, d, f;
+	float *qv = malloc(dim * sizeof(*qv)), *rq = malloc(dim * sizeof(*rq));
+	uint8_t *row = malloc(dim);
+	struct tq_lut t;
+	double qc = 0, qn2 = 0;
+	size_t i;
+
+	t.lut = malloc((size_t)q->nfields << q->field_bits);
+	memcpy(qv, query, dim * sizeof(*qv));
+	if (q->metric == TQ_METRIC_COSINE)
+		normalise_rows(qv, 1, dim);
+	for (d = 0; d < dim; d++) {
+		qc += (double)qv[d] * q->centre[d];
+		qn2 += (double)qv[d] * qv[d];
+	}
+	tq_rotate(q, qv, 1, rq);
+	tq_lut_build(q, rq, &t);
+	for (i = 0; i < m->ix.n; i++) {
+		uint32_t sum = 0;
+		double ip;
+
+		tq_unpack_block_row(q, m->codes + (i / 32) * m->ix.block_bytes,
+		    (unsigned)(i % 32), row);
+		for (f = 0; f < q->nfields; f++)
+			sum += t.lut[((size_t)f << q->field_bits) +
+			    field_value(q, row, f)];
+		ip = (double)m->fac[i * 3] * ((double)t.scale * sum + t.bias) +
+		    m->fac[i * 3 + 1] + qc;
+		est[i] = (float)(q->metric == TQ_METRIC_L2 ?
+		    qn2 - 2 * ip + m->fac[i * 3 + 2] : ip);
+	}
+	free(t.lut);
+	free(qv);
+	free(rq);
+	free(row);
+}
+
+static void
+make_data(float *x, size_t n, uint32_t dim)
+{
+	size_t i;
+	uint32_t d;
+
+	/* A shared offset, clusters and noise. */
+	for (i = 0; i < n; i++)
+		for (d = 0; d < dim; d++)
+			x[i * dim + d] = 0.5f + (float)((i % 7) == d % 5) +
+			    0.3f * gauss();
+}
+
+static int
+same_results(const uint64_t *ia, const float *sa, const uint64_t *ib,
+    const float *sb, size_t cnt)
+{
+	size_t i;
+
+	for (i = 0; i < cnt; i++)
+		if (ia[i] != ib[i] || memcmp(&sa[i], &sb[i], sizeof(float)))
+			return 0;
+	return 1;
+}
+
+static void
+test_search_one(uint32_t dim, unsigned bits, enum tq_metric metric,
+    enum tq_originals orig, size_t n)
+{
+	static const unsigned threads[] = { 1, 2, 3, 7 };
+	static const size_t nqs[] = { 1, 5 };
+	struct tq_quantizer *q = fit(dim, bits, metric);
+	struct tq_search_params p;
+	struct mem_index m;
+	const uint32_t k = 10;
+	size_t nqmax = 5, i, ni, ti, j;
+	float *x, *queries, *sc, *sc1, *bs, *est;
+	uint64_t *id, *id1, *bi;
+	int ok_exact = 1, ok_threads = 1, ok_est = 1, ok_batch = 1;
+	double recall = 0;
+	size_t kk = n < k ? n : k;
+
+	CHECK(q != NULL);
+	if (q == NULL)
+		return;
+	x = malloc(n * dim * sizeof(*x));
+	queries = malloc(nqmax * dim * sizeof(*queries));
+	make_data(x, n, dim);
+	for (i = 0; i < nqmax * dim; i++)
+		queries[i] = 0.5f + gauss();
+	if (mem_index_make(&m, q, x, n, orig) != 0) {
+		CHECK(0);
+		goto out;
+	}
+	id = malloc(nqmax * k * sizeof(*id));
+	id1 = malloc(nqmax * k * sizeof(*id1));
+	bi = malloc(k * sizeof(*bi));
+	sc = malloc(nqmax * k * sizeof(*sc));
+	sc1 = malloc(nqmax * k * sizeof(*sc1));
+	bs = malloc(k * sizeof(*bs));
+	est = malloc(n * sizeof(*est));
+
+	tq_search_params_default(&p);
+	CHECK(p.k == 10 && p.oversample == 1.0f && p.threads == 0);
+	p.k = k;
+	for (ni = 0; ni < 2; ni++) {
+		size_t nq = nqs[ni];
+
+		/* Re-rank of every vector: the exact top-k. */
+		p.oversample = (float)n;
+		for (ti = 0; ti < 4; ti++) {
+			p.threads = threads[ti];
+			CHECK(tq_search(&m.ix, queries, nq, &p, id, sc) ==
+			    TQ_OK);
+			if (ti == 0) {
+				for (i = 0; i < nq; i++) {
+					brute(&m, queries + i * dim, k, bi, bs);
+					if (!same_results(id + i * k,
+					    sc + i * k, bi, bs, k))
+						ok_exact = 0;
+				}
+				memcpy(id1, id, nq * k * sizeof(*id));
+				memcpy(sc1, sc, nq * k * sizeof(*sc));
+			} else if (!same_results(id, sc, id1, sc1, nq * k))
+				ok_threads = 0;
+		}
+		/* Estimates only. */
+		p.oversample = 1.0f;
+		for (ti = 0; ti < 4; ti++) {
+			p.threads = threads[ti];
+			CHECK(tq_search(&m.ix, queries, nq, &p, id, sc) ==
+			    TQ_OK);
+			if (ti == 0) {
+				memcpy(id1, id, nq * k * sizeof(*id));
+				memcpy(sc1, sc, nq * k * sizeof(*sc));
+			} else if (!same_results(id, sc, id1, sc1, nq * k))
+				ok_threads = 0;
+		}
+		if (nq == nqmax) {
+			/* The first query alone gives the same results. */
+			p.threads = 1;
+			CHECK(tq_search(&m.ix, queries, 1, &p, id, sc) ==
+			    TQ_OK);
+			if (!same_results(id, sc, id1, sc1, k))
+				ok_batch = 0;
+		}
+		/*
+		 * Against the long way round: every score returned is the
+		 * row's estimate, and no row left out estimates better
+		 * than the k-th (up to float noise).
+		 */
+		for (i = 0; i < nq; i++) {
+			float kth, tol;
+			size_t hit = 0;
+
+			estimates(&m, queries + i * dim, est);
+			brute(&m, queries + i * dim, k, bi, bs);
+			kth = sc1[i * k + kk - 1];
+			tol = 1e-4f * (fabsf(kth) + 1);
+			for (j = 0; j < kk; j++) {
+				uint64_t row = (1000000 - id1[i * k + j]) / 3;
+				size_t l;
+
+				if (fabsf(est[row] - sc1[i * k + j]) > tol)
+					ok_est = 0;
+				for (l = 0; l < k; l++)
+						hit += bi[l] == id1[i * k + j];
+			}
+			for (j = 0; j < n; j++) {
+				int better = metric == TQ_METRIC_L2 ?
+				    est[j] < kth - tol : est[j] > kth + tol;
+				int in = 0;
+				size_t l;
+
+				for (l = 0; l < k; l++)
+					in |= id1[i * k + l] ==
+					    tq_index_id(&m.ix, j);
+				if (better && !in)
+					ok_est = 0;
+			}
+			recall += (double)hit / kk / nq / 2;
+		}
+	}
+	CHECK(ok_exact);
+	CHECK(ok_threads);
+	CHECK(ok_est);
+	CHECK(ok_batch);
+	if (!ok_exact || !ok_threads || !ok_est || !ok_batch)
+		fprintf(stderr, "  search: dim %u bits %u metric %s orig %d "
+		    "n %zu: exact %d threads %d est %d batch %d\n", dim, bits,
+		    tq_metric_name(metric), orig, n, ok_exact, ok_threads,
+		    ok_est, ok_batch);
+	if (getenv("TQ_TEST_VERBOSE"))
+		fprintf(stderr, "  search: dim %u bits %u %s recall@10 "
+		    "without re-rank %.3f\n", dim, bits,
+		    tq_metric_name(metric), recall);
+
+	/* Fewer vectors than k. */
+	if (n < k) {
+		p.oversample = 1.0f;
+		p.threads = 2;
+		CHECK_ST(tq_search(&m.ix, queries, 2, &p, id, sc), TQ_OK);
+		for (j = n; j < k; j++)
+			CHECK(id[j] == UINT64_MAX && isnan(sc[j]) &&
+			    id[k + j] == UINT64_MAX && isnan(sc[k + j]));
+		CHECK(id[0] != UINT64_MAX && !isnan(sc[0]));
+	}
+	free(id);
+	free(id1);
+	free(bi);
+	free(sc);
+	free(sc1);
+	free(bs);
+	free(est);
+out:
+	mem_index_free(&m);
+	free(x);
+	free(queries);
+	tq_quantizer_free(q);
+}
+
+static void
+test_search_errors(void)
+{
+	struct tq_quantizer *q = fit(8, 4, TQ_METRIC_L2);
+	struct tq_search_params p;
+	struct mem_index m;
+	float x[8 * 40], qv[16];
+	uint64_t id[20];
+	float sc[20];
+	size_t i;
+
+	CHECK(q != NULL);
+	if (q == NULL)
+		return;
+	make_data(x, 40, 8);
+	CHECK(mem_index_make(&m, q, x, 40, TQ_ORIG_NONE) == 0);
+	for (i = 0; i < 16; i++)
+		qv[i] = gauss();
+	tq_search_params_default(&p);
+	p.k = 0;
+	CHECK_ST(tq_search(&m.ix, qv, 2, &p, id, sc), TQ_ERR_ARG);
+	p.k = 10;
+	qv[11] = NAN;
+	CHECK_ST(tq_search(&m.ix, qv, 2, &p, id, sc), TQ_ERR_NONFINITE);
+	CHECK_DETAIL("query 1, column 3: value is NaN or infinite");
+	qv[11] = INFINITY;
+	CHECK_ST(tq_search(&m.ix, qv, 2, &p, id, sc), TQ_ERR_NONFINITE);
+	qv[11] = 0;
+	p.oversample = 2;
+	CHECK_ST(tq_search(&m.ix, qv, 2, &p, id, sc), TQ_ERR_NOORIG);
+	p.oversample = 1;
+	CHECK_ST(tq_search(&m.ix, qv, 2, &p, id, sc), TQ_OK);
+	CHECK_ST(tq_search(&m.ix, qv, 0, &p, NULL, NULL), TQ_OK);
+	/* A zero query is allowed (cosine keeps it zero). */
+	memset(qv, 0, sizeof(qv));
+	CHECK_ST(tq_search(&m.ix, qv, 2, &p, id, sc), TQ_OK);
+	mem_index_free(&m);
+	tq_quantizer_free(q);
+}
+
+static void
+test_search(void)
+{
+	static const enum tq_metric metrics[] = { TQ_METRIC_L2,
+	    TQ_METRIC_IP, TQ_METRIC_COSINE };
+	static const uint32_t dims[] = { 7, 33, 64 };
+	unsigned bits;
+	size_t mi, di;
+
+	for (bits = 1; bits <= 4; bits++)
+		for (mi = 0; mi < 3; mi++)
+			for (di = 0; di < 3; di++)
+				test_search_one(dims[di], bits, metrics[mi],
+				    di == 1 ? TQ_ORIG_F16 : TQ_ORIG_F32,
+				    di == 0 ? 100 : 1000);
+	/* Large blocks: the scan of a query tile goes in several slices. */
+	test_search_one(784, 4, TQ_METRIC_L2, TQ_ORIG_F32, 1000);
+	test_search_one(784, 3, TQ_METRIC_IP, TQ_ORIG_F16, 1000);
+	test_search_one(5, 4, TQ_METRIC_L2, TQ_ORIG_F32, 3);
+	test_search_one(16, 2, TQ_METRIC_COSINE, TQ_ORIG_F32, 33);
+	test_search_errors();
+}
+
+/* ------------------------------------------------------------------------ */
+/* (5) tq_exact_search against a naive double brute force                    */
+
+static const char *
+write_fixture(const float *x, uint32_t dim, uint32_t n)
+{
+	static char path[4200];
+	static unsigned seq;
+	uint8_t hdr[8];
+	FILE *f;
+	size_t i;
+
+	snprintf(path, sizeof(path), "%s/fixture%u", unit_tmpdir(), seq++);
+	if ((f = fopen(path, "wb")) == NULL)
+		return NULL;
+	wr_le32(hdr, dim);
+	wr_le32(hdr + 4, n);
+	fwrite(hdr, 1, 8, f);
+	for (i = 0; i < (size_t)n * dim; i++) {
+		uint8_t b[4];
+
+		wr_lef32(b, x[i]);
+		fwrite(b, 1, 4, f);
+	}
+	return fclose(f) == 0 ? path : NULL;
+}
+
+static void
+naive_exact(enum tq_metric m, const float *x, size_t n, const float *query,
+    uint32_t dim, uint32_t k, uint64_t *ids, float *scores)
+{
+	struct pair *all = malloc((n + 1) * sizeof(*all));
+	float *qv = malloc(dim * sizeof(*qv)), *xv = malloc(dim * sizeof(*xv));
+	size_t i;
+	uint32_t d, t;
+
+	memcpy(qv, query, dim * sizeof(*qv));
+	if (m == TQ_METRIC_COSINE)
+		normalise_rows(qv, 1, dim);
+	for (i = 0; i < n; i++) {
+		double s = 0;
+
+		memcpy(xv, x + i * dim, dim * sizeof(*xv));
+		if (m == TQ_METRIC_COSINE)
+			normalise_rows(xv, 1, dim);
+		for (d = 0; d < dim; d++) {
+			if (m == TQ_METRIC_L2) {
+				double e = (double)qv[d] - xv[d];
+
+				s += e * e;
+			} else
+				s += (double)qv[d] * xv[d];
+		}
+		all[i].key = m == TQ_METRIC_L2 ? (float)-s : (float)s;
+		all[i].id = i;
+	}
+	qsort(all, n, sizeof(*all), cmp_pair);
+	for (t = 0; t < k; t++) {
+		ids[t] = t < n ? all[t].id : UINT64_MAX;
+		scores[t] = t >= n ? NAN : m == TQ_METRIC_L2 ? -all[t].key :
+		    all[t].key;
+	}
+	free(all);
+	free(qv);
+	free(xv);
+}
+
+static void
+test_exact_one(uint32_t dim, uint32_t n, uint32_t k, int integer)
+{
+	static const enum tq_metric metrics[] = { TQ_METRIC_L2,
+	    TQ_METRIC_IP, TQ_METRIC_COSINE };
+	static const unsigned threads[] = { 1, 2, 3 };
+	size_t nq = 7, i, mi, ti;
+	float *x = malloc(((size_t)n * dim + 1) * sizeof(*x));
+	float *qs = malloc(nq * dim * sizeof(*qs));
+	uint64_t *id = malloc(nq * k * sizeof(*id)), *bi = malloc(k * 8);
+	float *sc = malloc(nq * k * sizeof(*sc)), *bs = malloc(k * 4);
+	const char *path;
+	int ok = 1;
+
+	for (i = 0; i < (size_t)n * dim; i++)
+		x[i] = integer ? (float)(rnd() % 3) * 40 : gauss();
+	/* Duplicate rows: exact ties. */
+	for (i = 0; i + 5 < n; i += 5)
+		memcpy(x + (i + 5) * dim, x + i * dim, dim * sizeof(*x));
+	for (i = 0; i < nq * dim; i++)
+		qs[i] = integer ? (float)(rnd() % 3) * 40 : gauss();
+	if (n > 0)
+		memcpy(qs, x, dim * sizeof(*qs));	/* a query in the corpus */
+	path = write_fixture(x, dim, n);
+	CHECK(path != NULL);
+	if (path == NULL)
+		goto out;
+	for (mi = 0; mi < 3; mi++)
+		for (ti = 0; ti < 3; ti++) {
+			struct tq_reader *r = NULL;
+			enum tq_status st;
+
+			st = tq_reader_open(path, NULL, &r);
+			if (st != TQ_OK) {
+				/* An empty fixture may be refused at open. */
+				CHECK(n == 0);
+				continue;
+			}
+			st = tq_exact_search(r, metrics[mi], qs, nq, dim, k,
+			    threads[ti], id, sc);
+			tq_reader_close(r);
+			if (n == 0) {
+				CHECK(st == TQ_ERR_EMPTY);
+				continue;
+			}
+			CHECK(st == TQ_OK);
+			for (i = 0; i < nq; i++) {
+				naive_exact(metrics[mi], x, n, qs + i * dim,
+				    dim, k, bi, bs);
+				if (!same_results(id + i * k, sc + i * k, bi,
+				    bs, k))
+					ok = 0;
+			}
+		}
+	CHECK(ok);
+	if (!ok)
+		fprintf(stderr, "  exact: dim %u n %u k %u\n", dim, n, k);
+	if (n > 0) {
+		struct tq_reader *r = NULL;
+
+		CHECK_ST(tq_reader_open(path, NULL, &r), TQ_OK);
+		if (r != NULL) {
+			CHECK_ST(tq_exact_search(r, TQ_METRIC_L2, qs, 1, dim + 1,
+			    k, 1, id, sc), TQ_ERR_MISMATCH);
+			{
+				char want[128];
+
+				snprintf(want, sizeof(want), "corpus "
+				    "dimension %u does not match queries (%u)",
+				    dim, dim + 1);
+				CHECK_DETAIL(want);
+			}
+			tq_reader_close(r);
+		}
+	}
+out:
+	free(x);
+	free(qs);
+	free(id);
+	free(bi);
+	free(sc);
+	free(bs);
+}
+
+static void
+test_exact(void)
+{
+	test_exact_one(7, 300, 10, 1);
+	test_exact_one(33, 5000, 10, 0);
+	test_exact_one(20, 9000, 25, 1);
+	test_exact_one(3, 4, 10, 0);
+	test_exact_one(4, 0, 3, 0);
+}
+
+int
+main(void)
+{
+	if (getenv("TQ_TEST_VERBOSE"))
+		fprintf(stderr, "kernel %s, cpu: %s\n", tq_kernel_name(),
+		    tq_cpu_features());
+	RUN(test_topk);
+	RUN(test_scan);
+	RUN(test_lut);
+	RUN(test_search);
+	RUN(test_exact);
+	return unit_done();
+}
