@@ -1,0 +1,563 @@
+/* common.c - helpers shared by the tq-* programs (see common.h). */
+#include <sys/stat.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common.h"
+
+static const char *prog = "tq";
+static const char *usage_text = "";
+
+struct cleanup {
+	void (*fn)(void *, int);
+	void *arg;
+};
+static struct cleanup cleanups[8];
+static volatile sig_atomic_t ncleanups;
+
+static void
+run_cleanups(int in_signal)
+{
+	while (ncleanups > 0) {
+		ncleanups--;
+		cleanups[ncleanups].fn(cleanups[ncleanups].arg, in_signal);
+	}
+}
+
+static void
+cleanup_at_exit(void)
+{
+	run_cleanups(0);
+}
+
+static void
+cleanup_on_signal(int sig)
+{
+	run_cleanups(1);
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+/* Catches sig unless it was ignored (nohup, "cmd &" in a script). */
+static void
+catch_signal(int sig)
+{
+	struct sigaction sa, old;
+
+	if (sigaction(sig, NULL, &old) == 0 && old.sa_handler == SIG_IGN)
+		return;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = cleanup_on_signal;
+	sigemptyset(&sa.sa_mask);
+	sigaction(sig, &sa, NULL);
+}
+
+void
+at_cleanup(void (*fn)(void *, int), void *arg)
+{
+	static int installed;
+
+	if (!installed) {
+		installed = 1;
+		atexit(cleanup_at_exit);
+		catch_signal(SIGHUP);
+		catch_signal(SIGINT);
+		catch_signal(SIGTERM);
+	}
+	if (ncleanups == (int)(sizeof(cleanups) / sizeof(cleanups[0])))
+		die("too many cleanup handlers");
+	cleanups[ncleanups].fn = fn;
+	cleanups[ncleanups].arg = arg;
+	ncleanups++;
+}
+
+const char *
+base_name(const char *path)
+{
+	const char *s = strrchr(path, '/');
+
+	if (s == NULL)
+		return path;
+	if (s[1] == '\0') {
+		/* Trailing slash: back up to the previous component. */
+		while (s > path && s[-1] != '/')
+			s--;
+		return s;
+	}
+	return s + 1;
+}
+
+void
+cmd_init(char **argv, const char *usage)
+{
+	if (argv[0] != NULL && argv[0][0] != '\0')
+		prog = base_name(argv[0]);
+	/* glibc's getopt names argv[0] in its messages. */
+	argv[0] = (char *)prog;
+	usage_text = usage;
+}
+
+const char *
+progname(void)
+{
+	return prog;
+}
+
+NORETURN void
+usage_help(void)
+{
+	printf("usage: %s\n", usage_text);
+	finish_stdout();
+	exit(0);
+}
+
+NORETURN void
+print_version(void)
+{
+	printf("%s %s\n", prog, TQ_VERSION_STRING);
+	finish_stdout();
+	exit(0);
+}
+
+NORETURN void
+usage_exit(void)
+{
+	fprintf(stderr, "usage: %s\n", usage_text);
+	exit(2);
+}
+
+NORETURN void
+usage_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	if (fmt != NULL) {
+		fprintf(stderr, "%s: ", prog);
+		va_start(ap, fmt);
+		vfprintf(stderr, fmt, ap);
+		va_end(ap);
+		fputc('\n', stderr);
+	}
+	usage_exit();
+}
+
+static void
+vmsg(const char *fmt, va_list ap, const char *errstr)
+{
+	progress_done();
+	fprintf(stderr, "%s: ", prog);
+	vfprintf(stderr, fmt, ap);
+	if (errstr != NULL)
+		fprintf(stderr, ": %s", errstr);
+	fputc('\n', stderr);
+}
+
+NORETURN void
+die(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vmsg(fmt, ap, NULL);
+	va_end(ap);
+	exit(1);
+}
+
+NORETURN void
+die_errno(const char *fmt, ...)
+{
+	const char *e = strerror(errno);
+	va_list ap;
+
+	va_start(ap, fmt);
+	vmsg(fmt, ap, e);
+	va_end(ap);
+	exit(1);
+}
+
+void
+warnmsg(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vmsg(fmt, ap, NULL);
+	va_end(ap);
+}
+
+const char *
+status_detail(enum tq_status st)
+{
+	const char *d = tq_errdetail();
+
+	if (d != NULL && d[0] != '\0')
+		return d;
+	if (st == TQ_ERR_IO && errno != 0)
+		return strerror(errno);
+	return tq_strerror(st);
+}
+
+NORETURN void
+die_status(enum tq_status st, const char *file)
+{
+	const char *d = status_detail(st);
+
+	if (file != NULL)
+		die("%s: %s", file, d);
+	die("%s", d);
+}
+
+const char *
+in_name(const char *path)
+{
+	return strcmp(path, "-") == 0 ? "stdin" : path;
+}
+
+const char *
+out_name(const char *path)
+{
+	return strcmp(path, "-") == 0 ? "stdout" : path;
+}
+
+/* Numbers -------------------------------------------------------------- */
+
+uint64_t
+parse_u64(const char *s, uint64_t lo, uint64_t hi, const char *what)
+{
+	unsigned long long v;
+	char *end;
+
+	/* strtoull would take blanks, a sign and "0x"; a number here is
+	   decimal digits only. */
+	if (s[0] < '0' || s[0] > '9')
+		usage_error("%s '%s' is not a number", what, s);
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (*end != '\0')
+		usage_error("%s '%s' is not a number", what, s);
+	if (errno == ERANGE || v < lo || v > hi)
+		usage_error("%s '%s' out of range %llu..%llu", what, s,
+		    (unsigned long long)lo, (unsigned long long)hi);
+	return v;
+}
+
+uint32_t
+parse_u32(const char *s, uint32_t lo, uint32_t hi, const char *what)
+{
+	return (uint32_t)parse_u64(s, lo, hi, what);
+}
+
+float
+parse_float(const char *s, float lo, float hi, const char *what)
+{
+	char *end;
+	float v;
+
+	/* Decimal only: strtof would also take blanks, signs, hex, "inf". */
+	if (!((s[0] >= '0' && s[0] <= '9') || s[0] == '.') ||
+	    strpbrk(s, "xX") != NULL)
+		usage_error("%s '%s' is not a number", what, s);
+	errno = 0;
+	v = strtof(s, &end);
+	if (*end != '\0' || end == s)
+		usage_error("%s '%s' is not a number", what, s);
+	if (errno == ERANGE || !isfinite(v) || v < lo || v > hi)
+		usage_error("%s '%s' out of range %g..%g", what, s,
+		    (double)lo, (double)hi);
+	return v;
+}
+
+enum tq_metric
+parse_metric(const char *s)
+{
+	enum tq_metric m;
+
+	if (tq_metric_parse(s, &m) != TQ_OK)
+		usage_error("metric '%s' is not one of l2, ip, cosine", s);
+	return m;
+}
+
+enum tq_rotation
+parse_rotation(const char *s)
+{
+	if (strcmp(s, "auto") == 0)
+		return TQ_ROT_AUTO;
+	if (strcmp(s, "dense") == 0)
+		return TQ_ROT_DENSE;
+	if (strcmp(s, "structured") == 0)
+		return TQ_ROT_STRUCTURED;
+	usage_error("rotation '%s' is not one of auto, dense, structured", s);
+}
+
+const char *
+rotation_name(enum tq_rotation r)
+{
+	switch (r) {
+	case TQ_ROT_AUTO:	return "auto";
+	case TQ_ROT_DENSE:	return "dense";
+	case TQ_ROT_STRUCTURED:	return "structured";
+	}
+	return "unknown";
+}
+
+const char *
+originals_name(enum tq_originals o)
+{
+	switch (o) {
+	case TQ_ORIG_NONE:	return "none";
+	case TQ_ORIG_F32:	return "f32";
+	case TQ_ORIG_F16:	return "f16";
+	}
+	return "unknown";
+}
+
+/* Progress ------------------------------------------------------------- */
+
+static int progress_shown;
+
+void
+progress(const char *fmt, ...)
+{
+	static int tty = -1;
+	va_list ap;
+
+	if (tty == -1)
+		tty = isatty(STDERR_FILENO);
+	if (!tty)
+		return;
+	fprintf(stderr, "\r%s: ", prog);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputs("\033[K", stderr);
+	progress_shown = 1;
+}
+
+void
+progress_done(void)
+{
+	if (progress_shown) {
+		fputs("\r\033[K", stderr);
+		progress_shown = 0;
+	}
+}
+
+double
+now_seconds(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Memory --------------------------------------------------------------- */
+
+void *
+xmallocarray(size_t n, size_t size)
+{
+	void *p;
+
+	if (size != 0 && n > SIZE_MAX / size)
+		die("out of memory");
+	p = malloc(n * size == 0 ? 1 : n * size);
+	if (p == NULL)
+		die("out of memory");
+	return p;
+}
+
+void *
+xcalloc(size_t n, size_t size)
+{
+	void *p = calloc(n == 0 ? 1 : n, size == 0 ? 1 : size);
+
+	if (p == NULL)
+		die("out of memory");
+	return p;
+}
+
+/* Output --------------------------------------------------------------- */
+
+/*
+ * Temporary files not yet renamed into place.  Kept here rather than in
+ * struct out, which may be gone by the time the exit handlers run.
+ */
+static char *pending[4];
+
+static void
+out_cleanup(void *arg, int in_signal)
+{
+	size_t i;
+
+	for (i = 0; i < sizeof(pending) / sizeof(pending[0]); i++)
+		if (pending[i] != NULL)
+			unlink(pending[i]);	/* async-signal-safe */
+}
+
+static void
+pending_set(char *old, char *new)
+{
+	static int registered;
+	size_t i;
+
+	if (!registered) {
+		registered = 1;
+		at_cleanup(out_cleanup, NULL);
+	}
+	for (i = 0; i < sizeof(pending) / sizeof(pending[0]); i++)
+		if (pending[i] == old) {
+			pending[i] = new;
+			return;
+		}
+	die("too many output files");
+}
+
+void
+out_open(struct out *o, const char *path)
+{
+	const char *base;
+	size_t dirlen, len;
+	mode_t mask;
+	int fd;
+
+	o->path = path;
+	o->tmp = NULL;
+	if (strcmp(path, "-") == 0) {
+		o->fp = stdout;
+		return;
+	}
+	base = base_name(path);
+	dirlen = (size_t)(base - path);
+	len = dirlen + strlen(base) + sizeof("/..tmp.XXXXXX");
+	o->tmp = xmallocarray(len, 1);
+	snprintf(o->tmp, len, "%.*s.%s.tmp.XXXXXX", (int)dirlen, path, base);
+	if ((fd = mkstemp(o->tmp)) == -1) {
+		free(o->tmp);
+		o->tmp = NULL;
+		die_errno("%s", path);
+	}
+	pending_set(NULL, o->tmp);
+	/* mkstemp makes the file 0600; an output gets the usual mode. */
+	mask = umask(0);
+	umask(mask);
+	if (fchmod(fd, 0666 & ~mask) == -1 ||
+	    (o->fp = fdopen(fd, "w")) == NULL)
+		die_errno("%s", path);
+}
+
+static NORETURN void
+out_fail(struct out *o)
+{
+	if (o->tmp == NULL && errno == EPIPE)
+		exit(1);
+	die_errno("%s", out_name(o->path));
+}
+
+void
+out_write(struct out *o, const void *buf, size_t len)
+{
+	if (len > 0 && fwrite(buf, 1, len, o->fp) != len)
+		out_fail(o);
+}
+
+void
+out_printf(struct out *o, const char *fmt, ...)
+{
+	va_list ap;
+	int r;
+
+	va_start(ap, fmt);
+	r = vfprintf(o->fp, fmt, ap);
+	va_end(ap);
+	if (r < 0)
+		out_fail(o);
+}
+
+void
+out_commit(struct out *o)
+{
+	if (o->tmp == NULL) {
+		finish_stdout();
+		return;
+	}
+	if (fflush(o->fp) == EOF || ferror(o->fp) || fsync(fileno(o->fp)) == -1)
+		out_fail(o);
+	if (fclose(o->fp) == EOF) {
+		o->fp = NULL;
+		out_fail(o);
+	}
+	o->fp = NULL;
+	if (rename(o->tmp, o->path) == -1)
+		die_errno("%s", o->path);
+	pending_set(o->tmp, NULL);
+	free(o->tmp);
+	o->tmp = NULL;
+}
+
+void
+finish_stdout(void)
+{
+	if (fflush(stdout) == EOF || ferror(stdout)) {
+		if (errno == EPIPE)
+			exit(1);
+		die_errno("stdout");
+	}
+}
+
+/* Small things ---------------------------------------------------------- */
+
+void
+json_string(FILE *fp, const char *s)
+{
+	const unsigned char *p;
+
+	fputc('"', fp);
+	for (p = (const unsigned char *)s; *p != '\0'; p++) {
+		if (*p == '"' || *p == '\\')
+			fprintf(fp, "\\%c", *p);
+		else if (*p < 0x20)
+			fprintf(fp, "\\u%04x", *p);
+		else
+			fputc(*p, fp);
+	}
+	fputc('"', fp);
+}
+
+void
+put_le32(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+	p[2] = (uint8_t)(v >> 16);
+	p[3] = (uint8_t)(v >> 24);
+}
+
+void
+put_lef32(uint8_t *p, float f)
+{
+	uint32_t u;
+
+	memcpy(&u, &f, 4);
+	put_le32(p, u);
+}
+
+float
+get_lef32(const uint8_t *p)
+{
+	uint32_t u = (uint32_t)p[0] | (uint32_t)p[1] << 8 |
+	    (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+	float f;
+
+	memcpy(&f, &u, 4);
+	return f;
+}

@@ -1,0 +1,116 @@
+/*
+ * common.h - helpers shared by the tq-* programs: the program name, usage
+ * and error exits, strict number parsing, progress on a terminal, checked
+ * output and atomic text files.  Only cmd/ prints or exits; lib/ never does.
+ */
+#ifndef TQ_CMD_COMMON_H
+#define TQ_CMD_COMMON_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "tq.h"
+
+#define NORETURN	__attribute__((noreturn))
+#define PRINTFLIKE(f, a) __attribute__((format(printf, f, a)))
+
+/*
+ * Sets the program name (basename of argv0) and the usage text: the man
+ * page SYNOPSIS, each line after the first already indented.  Also points
+ * argv0 at the name so that getopt's own messages read "PROG: ...".
+ */
+void cmd_init(char **argv, const char *usage);
+const char *progname(void);
+
+/* --help: usage to stdout, exit 0.  --version: "PROG 0.1.0", exit 0. */
+NORETURN void usage_help(void);
+NORETURN void print_version(void);
+/* Usage error: "PROG: msg" (if fmt != NULL), the usage, exit 2. */
+NORETURN void usage_error(const char *fmt, ...) PRINTFLIKE(1, 2);
+/* Usage only (getopt already printed why), exit 2. */
+NORETURN void usage_exit(void);
+
+/* "PROG: msg", exit 1 (errx). */
+NORETURN void die(const char *fmt, ...) PRINTFLIKE(1, 2);
+/* "PROG: msg: strerror(errno)", exit 1 (err). */
+NORETURN void die_errno(const char *fmt, ...) PRINTFLIKE(1, 2);
+/* "PROG: msg" without exiting (warnx). */
+void warnmsg(const char *fmt, ...) PRINTFLIKE(1, 2);
+/*
+ * A library failure: "PROG: FILE: DETAIL" (or "PROG: DETAIL" when file is
+ * NULL), DETAIL being tq_errdetail(), else strerror(errno) for TQ_ERR_IO,
+ * else tq_strerror(st).  Exit 1.
+ */
+NORETURN void die_status(enum tq_status st, const char *file);
+/* The text die_status() would print after "FILE: ". */
+const char *status_detail(enum tq_status st);
+/* A path for messages: "-" reads as "stdin". */
+const char *in_name(const char *path);
+const char *out_name(const char *path);
+
+/*
+ * Strict numbers (strtonum-like): the whole string, decimal, in range.
+ * `what` names the value in the message, e.g. "tq-search: k '0' out of
+ * range 1..1000000".  Garbage or range errors are usage errors.
+ */
+uint32_t parse_u32(const char *s, uint32_t lo, uint32_t hi, const char *what);
+uint64_t parse_u64(const char *s, uint64_t lo, uint64_t hi, const char *what);
+float parse_float(const char *s, float lo, float hi, const char *what);
+/* Metric and rotation names; usage error if unknown. */
+enum tq_metric parse_metric(const char *s);
+enum tq_rotation parse_rotation(const char *s);
+const char *rotation_name(enum tq_rotation r);
+const char *originals_name(enum tq_originals o);
+
+/* Progress on stderr, only when stderr is a terminal; "\r" overwrites. */
+void progress(const char *fmt, ...) PRINTFLIKE(1, 2);
+void progress_done(void);
+
+/* Seconds on the monotonic clock. */
+double now_seconds(void);
+
+/* Checked allocation: exit 1 "out of memory" on failure or overflow. */
+void *xmallocarray(size_t n, size_t size);
+void *xcalloc(size_t n, size_t size);
+
+/*
+ * Output files.  An output to a path is written to "<dir>/.<name>.tmp.XXXXXX"
+ * and renamed into place by out_commit() after fsync; "-" is stdout.  If the
+ * program exits before the commit, the temporary file is removed.
+ */
+struct out {
+	FILE *fp;
+	const char *path;	/* as given; "-" for stdout */
+	char *tmp;		/* temporary path, NULL for stdout */
+};
+void out_open(struct out *o, const char *path);
+void out_commit(struct out *o);
+/* fwrite all of buf or exit 1 naming the output. */
+void out_write(struct out *o, const void *buf, size_t len);
+/* Checked fprintf to an output. */
+void out_printf(struct out *o, const char *fmt, ...) PRINTFLIKE(2, 3);
+
+/*
+ * Flushes stdout and exits 1 on a write error (quietly for EPIPE).  Call
+ * before returning 0 from main.
+ */
+void finish_stdout(void);
+
+/*
+ * Runs fn(arg) at exit (also on die* and on SIGINT/SIGTERM/SIGHUP, where
+ * fn must be async-signal-safe if `in_signal` is used).  At most a few.
+ */
+void at_cleanup(void (*fn)(void *, int in_signal), void *arg);
+
+/* JSON string (quoted, escaped) to fp. */
+void json_string(FILE *fp, const char *s);
+
+/* Little-endian stores. */
+void put_le32(uint8_t *p, uint32_t v);
+void put_lef32(uint8_t *p, float f);
+float get_lef32(const uint8_t *p);
+
+/* Last component of a path (no allocation; "a/b/" gives "b/"). */
+const char *base_name(const char *path);
+
+#endif /* TQ_CMD_COMMON_H */

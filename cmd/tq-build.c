@@ -1,0 +1,215 @@
+/* tq-build - build a TurboQuant index from a corpus in one streaming pass. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+static const char usage_str[] =
+    "tq-build [-q quantizer | [-b bits] [-m metric] [-s seed] [--no-centre]]\n"
+    "                [--ids file] [--originals f32|f16|none] [--threads n]\n"
+    "                [--dataset name] [-v] -o index corpus";
+
+enum { OPT_DATASET = 256, OPT_IDS, OPT_NO_CENTRE, OPT_ORIGINALS,
+    OPT_THREADS };
+
+static const struct option longopts[] = {
+	{ "dataset",	required_argument,	NULL, OPT_DATASET },
+	{ "help",	no_argument,		NULL, 'h' },
+	{ "ids",	required_argument,	NULL, OPT_IDS },
+	{ "no-centre",	no_argument,		NULL, OPT_NO_CENTRE },
+	{ "originals",	required_argument,	NULL, OPT_ORIGINALS },
+	{ "threads",	required_argument,	NULL, OPT_THREADS },
+	{ "verbose",	no_argument,		NULL, 'v' },
+	{ "version",	no_argument,		NULL, 'V' },
+	{ NULL,		0,			NULL, 0 }
+};
+
+/*
+ * Counts the ids in a file, so that a wrong count is reported naming the
+ * ids file before the corpus is read.
+ */
+static uint64_t
+count_ids(const char *path)
+{
+	struct tq_ids_reader *r;
+	enum tq_status st;
+	uint64_t buf[4096], n = 0;
+	size_t got;
+
+	if ((st = tq_ids_open(path, &r)) != TQ_OK)
+		die_status(st, path);
+	do {
+		if ((st = tq_ids_read(r, buf, 4096, &got)) != TQ_OK)
+			die_status(st, path);
+		n += got;
+	} while (got > 0);
+	tq_ids_close(r);
+	return n;
+}
+
+/*
+ * tq_build() reads two files and writes one; its detail does not say which
+ * file failed, so guess from the wording.
+ */
+static const char *
+blame(enum tq_status st, const char *corpus, const char *ids, const char *out)
+{
+	static const char *outputs[] = { "write", "truncate", "fsync", "close",
+	    "rename", "cannot create", "spool", "open", "index too large" };
+	const char *d = tq_errdetail();
+	size_t i;
+
+	if (ids != NULL && strncmp(d, "the ids file", 12) == 0)
+		return ids;
+	if (st == TQ_ERR_IO || st == TQ_ERR_OVERFLOW)
+		for (i = 0; i < sizeof(outputs) / sizeof(outputs[0]); i++)
+			if (strncmp(d, outputs[i], strlen(outputs[i])) == 0)
+				return out;
+	return in_name(corpus);
+}
+
+static struct tq_quantizer *
+fit(struct tq_fit_params *p, const char *corpus, const char *dataset,
+    uint32_t dim, int centre)
+{
+	struct tq_quantizer *q;
+	struct tq_reader *data = NULL;
+	enum tq_status st;
+
+	/* Centring reads the corpus a first time; stdin cannot be re-read. */
+	if (centre && strcmp(corpus, "-") != 0 &&
+	    (st = tq_reader_open(corpus, dataset, &data)) != TQ_OK)
+		die_status(st, corpus);
+	p->dim = dim;
+	if ((st = tq_quantizer_fit(p, data, &q)) != TQ_OK)
+		die_status(st, in_name(corpus));
+	tq_reader_close(data);
+	return q;
+}
+
+int
+main(int argc, char *argv[])
+{
+	struct tq_fit_params fp;
+	struct tq_build_params bp;
+	struct tq_file_info info;
+	struct tq_quantizer *q;
+	struct tq_reader *r;
+	struct tq_ids_reader *ids = NULL;
+	const char *qpath = NULL, *idspath = NULL, *out = NULL;
+	const char *dataset = "train", *corpus;
+	enum tq_status st;
+	double t0;
+	int ch, centre = 1, fitopt = 0, verbose = 0;
+
+	cmd_init(argv, usage_str);
+	tq_fit_params_default(&fp);
+	tq_build_params_default(&bp);
+	while ((ch = getopt_long(argc, argv, "b:hm:o:q:s:vV", longopts,
+	    NULL)) != -1) {
+		switch (ch) {
+		case 'b':
+			fp.bits = parse_u32(optarg, 1, 4, "bits");
+			fitopt = 1;
+			break;
+		case 'h':
+			usage_help();
+		case 'm':
+			fp.metric = parse_metric(optarg);
+			fitopt = 1;
+			break;
+		case 'o':
+			out = optarg;
+			break;
+		case 'q':
+			qpath = optarg;
+			break;
+		case 's':
+			fp.seed = parse_u64(optarg, 0, UINT64_MAX, "seed");
+			fitopt = 1;
+			break;
+		case 'v':
+			verbose = 1;
+			break;
+		case 'V':
+			print_version();
+		case OPT_DATASET:
+			dataset = optarg;
+			break;
+		case OPT_IDS:
+			idspath = optarg;
+			break;
+		case OPT_NO_CENTRE:
+			centre = 0;
+			fitopt = 1;
+			break;
+		case OPT_ORIGINALS:
+			if (strcmp(optarg, "f32") == 0)
+				bp.originals = TQ_ORIG_F32;
+			else if (strcmp(optarg, "f16") == 0)
+				bp.originals = TQ_ORIG_F16;
+			else if (strcmp(optarg, "none") == 0)
+				bp.originals = TQ_ORIG_NONE;
+			else
+				usage_error("originals '%s' is not one of f32, "
+				    "f16, none", optarg);
+			break;
+		case OPT_THREADS:
+			bp.threads = parse_u32(optarg, 0, 1024, "threads");
+			break;
+		default:
+			usage_exit();
+		}
+	}
+	argc -= optind;
+	argv += optind;
+	if (qpath != NULL && fitopt)
+		usage_error("-q cannot be used with -b, -m, -s or --no-centre");
+	if (out == NULL)
+		usage_error("-o is required");
+	if (argc < 1)
+		usage_error("missing corpus");
+	if (argc > 1)
+		usage_error("unexpected argument '%s'", argv[1]);
+	corpus = argv[0];
+
+	t0 = now_seconds();
+	if ((st = tq_reader_open(corpus, dataset, &r)) != TQ_OK)
+		die_status(st, in_name(corpus));
+	if (qpath != NULL) {
+		if ((st = tq_quantizer_load(qpath, &q)) != TQ_OK)
+			die_status(st, qpath);
+		if (tq_quantizer_dim(q) != tq_reader_dim(r))
+			die("%s: dimension %u does not match the quantizer (%u)",
+			    in_name(corpus), tq_reader_dim(r),
+			    tq_quantizer_dim(q));
+	} else
+		q = fit(&fp, corpus, dataset, tq_reader_dim(r), centre);
+	if (idspath != NULL) {
+		if (strcmp(idspath, "-") != 0 && tq_reader_count(r) >= 0) {
+			uint64_t nid = count_ids(idspath);
+			if (nid != (uint64_t)tq_reader_count(r))
+				die("%s: %llu ids for %lld rows", idspath,
+				    (unsigned long long)nid,
+				    (long long)tq_reader_count(r));
+		}
+		if ((st = tq_ids_open(idspath, &ids)) != TQ_OK)
+			die_status(st, idspath);
+	}
+	if ((st = tq_build(q, r, ids, &bp, out)) != TQ_OK)
+		die_status(st, blame(st, corpus, idspath, out));
+	tq_ids_close(ids);
+	tq_reader_close(r);
+	tq_quantizer_free(q);
+	if (verbose) {
+		if ((st = tq_file_info(out, &info)) != TQ_OK)
+			die_status(st, out);
+		fprintf(stderr, "%s: %s: %llu vectors, %.1f bytes/vector, "
+		    "%.2f s\n", progname(), out,
+		    (unsigned long long)info.count, info.bytes_per_vector,
+		    now_seconds() - t0);
+	}
+	return 0;
+}

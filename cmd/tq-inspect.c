@@ -1,0 +1,154 @@
+/* tq-inspect - describe and verify a quantizer or index file. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "common.h"
+
+static const char usage_str[] =
+    "tq-inspect [--json] [--verify] file\n"
+    "       tq-inspect --cpu";
+
+enum { OPT_CPU = 256, OPT_JSON, OPT_VERIFY };
+
+static const struct option longopts[] = {
+	{ "cpu",	no_argument,	NULL, OPT_CPU },
+	{ "help",	no_argument,	NULL, 'h' },
+	{ "json",	no_argument,	NULL, OPT_JSON },
+	{ "verify",	no_argument,	NULL, OPT_VERIFY },
+	{ "version",	no_argument,	NULL, 'V' },
+	{ NULL,		0,		NULL, 0 }
+};
+
+static const char *
+kind_name(enum tq_file_kind k)
+{
+	return k == TQ_FILE_INDEX ? "index" : "quantizer";
+}
+
+static void
+print_text(const struct tq_file_info *fi, int verified)
+{
+	uint32_t i, ns = fi->nsections < 32 ? fi->nsections : 32;
+
+	printf("kind %s\n", kind_name(fi->kind));
+	printf("version %u\n", fi->version);
+	printf("size %llu\n", (unsigned long long)fi->file_size);
+	printf("dim %u\n", fi->dim);
+	printf("bits %u\n", fi->bits);
+	printf("metric %s\n", tq_metric_name(fi->metric));
+	printf("seed %llu\n", (unsigned long long)fi->seed);
+	printf("rotation %s\n", rotation_name(fi->rotation));
+	printf("centred %s\n", fi->centred ? "yes" : "no");
+	printf("scale-search %s\n", fi->scale_search ? "yes" : "no");
+	if (fi->kind == TQ_FILE_INDEX) {
+		printf("vectors %llu\n", (unsigned long long)fi->count);
+		printf("originals %s\n", originals_name(fi->originals));
+		printf("bytes/vector %.1f\n", fi->bytes_per_vector);
+		printf("originals bytes/vector %.1f\n",
+		    fi->original_bytes_per_vector);
+	}
+	printf("sections:\n");
+	for (i = 0; i < ns; i++)
+		printf("  %-4s  offset %llu  length %llu  xxh64 %016llx\n",
+		    fi->sections[i].tag,
+		    (unsigned long long)fi->sections[i].offset,
+		    (unsigned long long)fi->sections[i].length,
+		    (unsigned long long)fi->sections[i].checksum);
+	if (fi->nsections > ns)
+		printf("  ... %u more\n", fi->nsections - ns);
+	if (verified)
+		printf("checksums ok\n");
+}
+
+static void
+print_json(const char *path, const struct tq_file_info *fi, int verified)
+{
+	uint32_t i, ns = fi->nsections < 32 ? fi->nsections : 32;
+
+	printf("{\"file\":");
+	json_string(stdout, path);
+	printf(",\"kind\":\"%s\",\"version\":%u,\"size\":%llu,\"dim\":%u,"
+	    "\"bits\":%u,\"metric\":\"%s\",\"seed\":%llu,\"rotation\":\"%s\","
+	    "\"centred\":%s,\"scale_search\":%s",
+	    kind_name(fi->kind), fi->version,
+	    (unsigned long long)fi->file_size, fi->dim, fi->bits,
+	    tq_metric_name(fi->metric), (unsigned long long)fi->seed,
+	    rotation_name(fi->rotation), fi->centred ? "true" : "false",
+	    fi->scale_search ? "true" : "false");
+	if (fi->kind == TQ_FILE_INDEX)
+		printf(",\"vectors\":%llu,\"originals\":\"%s\","
+		    "\"bytes_per_vector\":%.1f,"
+		    "\"original_bytes_per_vector\":%.1f",
+		    (unsigned long long)fi->count,
+		    originals_name(fi->originals), fi->bytes_per_vector,
+		    fi->original_bytes_per_vector);
+	printf(",\"nsections\":%u,\"sections\":[", fi->nsections);
+	for (i = 0; i < ns; i++) {
+		printf("%s{\"tag\":", i ? "," : "");
+		json_string(stdout, fi->sections[i].tag);
+		printf(",\"offset\":%llu,\"length\":%llu,\"xxh64\":\"%016llx\"}",
+		    (unsigned long long)fi->sections[i].offset,
+		    (unsigned long long)fi->sections[i].length,
+		    (unsigned long long)fi->sections[i].checksum);
+	}
+	printf("]");
+	if (verified)
+		printf(",\"checksums\":\"ok\"");
+	printf("}\n");
+}
+
+int
+main(int argc, char *argv[])
+{
+	struct tq_file_info fi;
+	enum tq_status st;
+	int ch, cpu = 0, json = 0, verify = 0;
+
+	cmd_init(argv, usage_str);
+	while ((ch = getopt_long(argc, argv, "hV", longopts, NULL)) != -1) {
+		switch (ch) {
+		case 'h':
+			usage_help();
+		case 'V':
+			print_version();
+		case OPT_CPU:
+			cpu = 1;
+			break;
+		case OPT_JSON:
+			json = 1;
+			break;
+		case OPT_VERIFY:
+			verify = 1;
+			break;
+		default:
+			usage_exit();
+		}
+	}
+	argc -= optind;
+	argv += optind;
+
+	if (cpu) {
+		if (json || verify || argc > 0)
+			usage_error("--cpu takes no other option or file");
+		printf("cpu: %s\n", tq_cpu_features());
+		printf("kernel: %s\n", tq_kernel_name());
+		finish_stdout();
+		return 0;
+	}
+	if (argc < 1)
+		usage_error("missing file");
+	if (argc > 1)
+		usage_error("unexpected argument '%s'", argv[1]);
+
+	if ((st = tq_file_info(argv[0], &fi)) != TQ_OK)
+		die_status(st, argv[0]);
+	if (verify && (st = tq_file_verify(argv[0])) != TQ_OK)
+		die_status(st, argv[0]);
+	if (json)
+		print_json(argv[0], &fi, verify);
+	else
+		print_text(&fi, verify);
+	finish_stdout();
+	return 0;
+}

@@ -1,0 +1,820 @@
+/*
+ * tq-recall - ground truth, recall of search results, and an end-to-end
+ * evaluation (build, recall, latency, throughput) on a benchmark dataset.
+ */
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common.h"
+
+static const char usage_str[] =
+    "tq-recall --truth [-k k] [-m metric] [--threads n] [--dataset name] "
+    "-o truth corpus queries\n"
+    "       tq-recall [--json] results truth\n"
+    "       tq-recall (--hdf5 file | --corpus file --queries file) [-b bits] "
+    "[-m metric]\n"
+    "                 [-s seed] [-k k] [--oversample list] [--threads n] "
+    "[--no-centre]\n"
+    "                 [--queries-limit n] [--json]";
+
+enum { OPT_CORPUS = 256, OPT_DATASET, OPT_HDF5, OPT_JSON, OPT_NO_CENTRE,
+    OPT_OVERSAMPLE, OPT_QUERIES, OPT_QUERIES_LIMIT, OPT_THREADS, OPT_TRUTH };
+
+static const struct option longopts[] = {
+	{ "corpus",		required_argument,	NULL, OPT_CORPUS },
+	{ "dataset",		required_argument,	NULL, OPT_DATASET },
+	{ "hdf5",		required_argument,	NULL, OPT_HDF5 },
+	{ "help",		no_argument,		NULL, 'h' },
+	{ "json",		no_argument,		NULL, OPT_JSON },
+	{ "no-centre",		no_argument,		NULL, OPT_NO_CENTRE },
+	{ "oversample",		required_argument,	NULL, OPT_OVERSAMPLE },
+	{ "queries",		required_argument,	NULL, OPT_QUERIES },
+	{ "queries-limit",	required_argument,	NULL, OPT_QUERIES_LIMIT },
+	{ "threads",		required_argument,	NULL, OPT_THREADS },
+	{ "truth",		no_argument,		NULL, OPT_TRUTH },
+	{ "version",		no_argument,		NULL, 'V' },
+	{ NULL,			0,			NULL, 0 }
+};
+
+#define MAX_OVERSAMPLE	16
+#define NCUT		3
+static const uint32_t cutoffs[NCUT] = { 1, 10, 100 };
+
+struct opts {
+	const char *hdf5, *corpus, *queries, *dataset, *out;
+	const char *set[32];	/* options given, for the mode checks */
+	int nset;
+	enum tq_metric metric;
+	int metric_set, centre, json;
+	unsigned bits, threads;
+	uint64_t seed, qlimit;
+	uint32_t k;
+	int k_set;
+	float oversample[MAX_OVERSAMPLE];
+	int noversample;
+};
+
+/* Sorted, deduplicated first c entries; returns how many remain. */
+static size_t
+sorted_set(const int64_t *v, size_t c, int64_t *out)
+{
+	size_t i, j, n = 0;
+
+	for (i = 0; i < c; i++) {
+		if (v[i] < 0)
+			continue;	/* a missing result */
+		for (j = n; j > 0 && out[j - 1] > v[i]; j--)
+			out[j] = out[j - 1];
+		out[j] = v[i];
+		n++;
+	}
+	for (i = j = 0; i < n; i++)
+		if (j == 0 || out[j - 1] != out[i])
+			out[j++] = out[i];
+	return j;
+}
+
+/* |first c of r  intersect  first c of t| */
+static size_t
+hits(const int64_t *r, const int64_t *t, size_t c)
+{
+	int64_t a[100], b[100];
+	size_t na = sorted_set(r, c, a), nb = sorted_set(t, c, b);
+	size_t i = 0, j = 0, h = 0;
+
+	while (i < na && j < nb) {
+		if (a[i] < b[j])
+			i++;
+		else if (a[i] > b[j])
+			j++;
+		else {
+			h++;
+			i++;
+			j++;
+		}
+	}
+	return h;
+}
+
+/* Adds the hits of nq rows to sum[] for each cutoff <= both widths. */
+static void
+add_recall(const int64_t *r, size_t wr, const int64_t *t, size_t wt,
+    size_t nq, double sum[NCUT])
+{
+	size_t i, c;
+
+	for (i = 0; i < nq; i++)
+		for (c = 0; c < NCUT; c++)
+			if (cutoffs[c] <= wr && cutoffs[c] <= wt)
+				sum[c] += (double)hits(r + i * wr, t + i * wt,
+				    cutoffs[c]) / cutoffs[c];
+}
+
+/* --truth ---------------------------------------------------------------- */
+
+static struct tq_writer *writer;
+
+static void
+abort_writer(void *arg, int in_signal)
+{
+	if (!in_signal && writer != NULL)
+		tq_writer_abort(writer);
+	writer = NULL;
+}
+
+/*
+ * Exact top-k of the queries in the corpus, or exit naming the corpus when
+ * it holds fewer than k rows.
+ */
+static void
+exact(const char *corpus, const char *dataset, enum tq_metric m,
+    const char *qname, const float *q, size_t nq, uint32_t dim, uint32_t k,
+    unsigned threads, uint64_t *ids)
+{
+	struct tq_reader *r;
+	enum tq_status st;
+	float *scores = xmallocarray(nq * (size_t)k, sizeof(*scores));
+	uint32_t j;
+
+	if ((st = tq_reader_open(corpus, dataset, &r)) != TQ_OK)
+		die_status(st, in_name(corpus));
+	if (tq_reader_dim(r) != dim)
+		die("%s: dimension %u does not match the corpus (%u)",
+		    in_name(qname), dim, tq_reader_dim(r));
+	if (tq_reader_count(r) >= 0 && (uint64_t)tq_reader_count(r) < k)
+		die("%s: k (%u) exceeds the %lld vectors in the corpus",
+		    in_name(corpus), k, (long long)tq_reader_count(r));
+	st = tq_exact_search(r, m, q, nq, dim, k, threads, ids, scores);
+	if (st != TQ_OK)
+		die_status(st, in_name(corpus));
+	for (j = 0; nq > 0 && j < k && ids[j] != UINT64_MAX; j++)
+		;
+	if (j < k)
+		die("%s: k (%u) exceeds the %u vectors in the corpus",
+		    in_name(corpus), k, j);
+	tq_reader_close(r);
+	free(scores);
+}
+
+static void
+truth_mode(const struct opts *o, const char *corpus, const char *queries)
+{
+	enum tq_status st;
+	uint64_t *ids;
+	int32_t *row;
+	uint32_t dim;
+	size_t nq, i, j;
+	float *q;
+
+	if ((st = tq_read_all(queries, "test", &q, &dim, &nq)) != TQ_OK)
+		die_status(st, in_name(queries));
+	ids = xmallocarray(nq * (size_t)o->k, sizeof(*ids));
+	exact(corpus, o->dataset, o->metric, queries, q, nq, dim, o->k,
+	    o->threads, ids);
+	row = xmallocarray(o->k, sizeof(*row));
+	at_cleanup(abort_writer, NULL);
+	if ((st = tq_writer_open(o->out, TQ_VEC_IVECS, o->k, nq, &writer)) !=
+	    TQ_OK)
+		die_status(st, out_name(o->out));
+	for (i = 0; i < nq; i++) {
+		for (j = 0; j < o->k; j++) {
+			if (ids[i * o->k + j] > INT32_MAX)
+				die("%s: row %llu does not fit in ivecs (int32)",
+				    in_name(corpus),
+				    (unsigned long long)ids[i * o->k + j]);
+			row[j] = (int32_t)ids[i * o->k + j];
+		}
+		if ((st = tq_writer_write_i32(writer, row, 1)) != TQ_OK)
+			die_status(st, out_name(o->out));
+	}
+	st = tq_writer_commit(writer);
+	writer = NULL;
+	if (st != TQ_OK)
+		die_status(st, out_name(o->out));
+	free(row);
+	free(ids);
+	free(q);
+}
+
+/* Compare ----------------------------------------------------------------- */
+
+#define CHUNK 1024
+
+/* Reads up to CHUNK rows of ints as int64; returns the count. */
+static size_t
+read_ints(struct tq_reader *r, const char *name, int32_t *tmp, int64_t *out)
+{
+	enum tq_status st;
+	size_t got, i, w = tq_reader_dim(r);
+
+	if ((st = tq_reader_read_i32(r, tmp, CHUNK, &got)) != TQ_OK)
+		die_status(st, in_name(name));
+	for (i = 0; i < got * w; i++)
+		out[i] = tmp[i];
+	return got;
+}
+
+static void
+compare_mode(const struct opts *o, const char *res, const char *tru)
+{
+	struct tq_reader *rr, *rt;
+	enum tq_status st;
+	double sum[NCUT] = { 0 };
+	size_t wr, wt, gr, gt, c;
+	uint64_t nr = 0, nt = 0;
+	int32_t *tmp;
+	int64_t *br, *bt;
+
+	if ((st = tq_reader_open(res, NULL, &rr)) != TQ_OK)
+		die_status(st, in_name(res));
+	if ((st = tq_reader_open(tru, NULL, &rt)) != TQ_OK)
+		die_status(st, in_name(tru));
+	wr = tq_reader_dim(rr);
+	wt = tq_reader_dim(rt);
+	tmp = xmallocarray(CHUNK * (wr > wt ? wr : wt), sizeof(*tmp));
+	br = xmallocarray(CHUNK * wr, sizeof(*br));
+	bt = xmallocarray(CHUNK * wt, sizeof(*bt));
+	for (;;) {
+		gr = read_ints(rr, res, tmp, br);
+		gt = read_ints(rt, tru, tmp, bt);
+		add_recall(br, wr, bt, wt, gr < gt ? gr : gt, sum);
+		nr += gr;
+		nt += gt;
+		if (gr == 0 || gt == 0)
+			break;
+	}
+	/* Count the rest of the longer file for the message. */
+	while (gr > 0)
+		nr += (gr = read_ints(rr, res, tmp, br));
+	while (gt > 0)
+		nt += (gt = read_ints(rt, tru, tmp, bt));
+	if (nr != nt)
+		die("%s: %llu rows but %s has %llu", in_name(res),
+		    (unsigned long long)nr, in_name(tru),
+		    (unsigned long long)nt);
+	if (nr == 0)
+		die("%s: no rows", in_name(res));
+	if (o->json) {
+		printf("{\"queries\":%llu", (unsigned long long)nr);
+		for (c = 0; c < NCUT; c++)
+			if (cutoffs[c] <= wr && cutoffs[c] <= wt)
+				printf(",\"recall_at_%u\":%.4f", cutoffs[c],
+				    sum[c] / (double)nr);
+		printf("}\n");
+	} else {
+		printf("queries %llu\n", (unsigned long long)nr);
+		for (c = 0; c < NCUT; c++)
+			if (cutoffs[c] <= wr && cutoffs[c] <= wt)
+				printf("recall@%u %.4f\n", cutoffs[c],
+				    sum[c] / (double)nr);
+	}
+	tq_reader_close(rr);
+	tq_reader_close(rt);
+	free(tmp);
+	free(br);
+	free(bt);
+}
+
+/* Evaluation --------------------------------------------------------------- */
+
+static char tmpdir[PATH_MAX];
+
+/*
+ * Removes the temporary directory and what the library left in it.  Uses
+ * only system calls (getdents64 rather than readdir) so that it can run
+ * in a signal handler.
+ */
+static void
+remove_tmpdir(void *arg, int in_signal)
+{
+	char buf[4096];
+	long n, off;
+	int fd;
+
+	if (tmpdir[0] == '\0')
+		return;
+	if ((fd = open(tmpdir, O_RDONLY | O_DIRECTORY)) != -1) {
+		while ((n = syscall(SYS_getdents64, fd, buf, sizeof(buf))) > 0)
+			for (off = 0; off < n; ) {
+				/* struct linux_dirent64: ino, off, reclen,
+				   type, name */
+				unsigned short reclen;
+				const char *name = buf + off + 19;
+
+				memcpy(&reclen, buf + off + 16, 2);
+				if (strcmp(name, ".") != 0 &&
+				    strcmp(name, "..") != 0)
+					unlinkat(fd, name, 0);
+				off += reclen;
+			}
+		close(fd);
+	}
+	rmdir(tmpdir);
+	tmpdir[0] = '\0';
+}
+
+static void
+make_tmpdir(void)
+{
+	const char *t = getenv("TMPDIR");
+
+	if (t == NULL || t[0] == '\0')
+		t = "/tmp";
+	if ((size_t)snprintf(tmpdir, sizeof(tmpdir), "%s/tq-recall.XXXXXX",
+	    t) >= sizeof(tmpdir))
+		die("%s: TMPDIR too long", t);
+	if (mkdtemp(tmpdir) == NULL) {
+		tmpdir[0] = '\0';
+		die_errno("%s", t);
+	}
+	at_cleanup(remove_tmpdir, NULL);
+}
+
+/*
+ * The metric of an ann-benchmarks file: its "distance" attribute, else the
+ * conventional file name (NAME-DIM-euclidean.hdf5, -angular, -dot).
+ * Returns 0 if neither tells.
+ */
+static int
+hdf5_metric(const char *path, enum tq_metric *m)
+{
+	char buf[64];
+	const char *b = base_name(path);
+	enum tq_status st;
+
+	st = tq_hdf5_attr_string(path, "distance", buf, sizeof(buf));
+	if (st == TQ_OK) {
+		if (strcmp(buf, "angular") == 0)
+			*m = TQ_METRIC_COSINE;
+		else if (tq_metric_parse(buf, m) != TQ_OK)
+			die("%s: distance '%s' is not supported", path, buf);
+		return 1;
+	}
+	if (st != TQ_ERR_FORMAT || strncmp(tq_errdetail(), "no attr", 7) != 0)
+		die_status(st, path);
+	if (strstr(b, "-euclidean") != NULL)
+		*m = TQ_METRIC_L2;
+	else if (strstr(b, "-angular") != NULL || strstr(b, "-cosine") != NULL)
+		*m = TQ_METRIC_COSINE;
+	else if (strstr(b, "-dot") != NULL || strstr(b, "-ip") != NULL)
+		*m = TQ_METRIC_IP;
+	else
+		return 0;
+	return 1;
+}
+
+static int
+cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Nearest-rank percentile of sorted v[0..n). */
+static double
+percentile(const double *v, size_t n, double p)
+{
+	size_t i = (size_t)(p / 100.0 * (double)n + 0.999999);
+
+	if (i < 1)
+		i = 1;
+	if (i > n)
+		i = n;
+	return v[i - 1];
+}
+
+struct run {
+	float oversample;
+	double recall[NCUT];
+	double p50, p95, p99, qps;
+};
+
+/* One oversampling value: batch throughput, recall, single-query latency. */
+static void
+measure(const struct tq_index *ix, const float *q, size_t nq, uint32_t dim,
+    uint32_t k, const int64_t *truth, size_t tw, unsigned threads,
+    struct run *run)
+{
+	struct tq_search_params sp;
+	enum tq_status st;
+	uint64_t *ids = xmallocarray(nq * (size_t)k, sizeof(*ids));
+	float *scores = xmallocarray(nq * (size_t)k, sizeof(*scores));
+	int64_t *res = xmallocarray(nq * (size_t)k, sizeof(*res));
+	size_t i, nlat = nq < 1000 ? nq : 1000, nwarm = nq < 20 ? nq : 20;
+	double t0, *lat = xmallocarray(nlat, sizeof(*lat));
+
+	tq_search_params_default(&sp);
+	sp.k = k;
+	sp.oversample = run->oversample;
+	sp.threads = threads;
+	progress("oversample %g: batch search", (double)run->oversample);
+	t0 = now_seconds();
+	if ((st = tq_search(ix, q, nq, &sp, ids, scores)) != TQ_OK)
+		die_status(st, NULL);
+	run->qps = (double)nq / (now_seconds() - t0);
+	for (i = 0; i < nq * (size_t)k; i++)
+		res[i] = ids[i] > INT64_MAX ? -1 : (int64_t)ids[i];
+	memset(run->recall, 0, sizeof(run->recall));
+	add_recall(res, k, truth, tw, nq, run->recall);
+	for (i = 0; i < NCUT; i++)
+		run->recall[i] /= (double)nq;
+
+	progress("oversample %g: latency", (double)run->oversample);
+	sp.threads = 1;
+	for (i = 0; i < nwarm; i++)
+		if ((st = tq_search(ix, q + i * dim, 1, &sp, ids, scores)) !=
+		    TQ_OK)
+			die_status(st, NULL);
+	for (i = 0; i < nlat; i++) {
+		t0 = now_seconds();
+		if ((st = tq_search(ix, q + i * dim, 1, &sp, ids, scores)) !=
+		    TQ_OK)
+			die_status(st, NULL);
+		lat[i] = (now_seconds() - t0) * 1e3;
+	}
+	qsort(lat, nlat, sizeof(*lat), cmp_double);
+	run->p50 = percentile(lat, nlat, 50);
+	run->p95 = percentile(lat, nlat, 95);
+	run->p99 = percentile(lat, nlat, 99);
+	free(ids);
+	free(scores);
+	free(res);
+	free(lat);
+}
+
+/* Ground truth from the HDF5 "neighbors" dataset; NULL if it has none. */
+static int64_t *
+hdf5_truth(const char *path, size_t nq, size_t *width)
+{
+	struct tq_reader *r;
+	int64_t *t, *buf;
+	int32_t *tmp;
+	size_t w, got, done = 0;
+
+	if (tq_reader_open(path, "neighbors", &r) != TQ_OK)
+		return NULL;
+	w = tq_reader_dim(r);
+	t = xmallocarray(nq * w, sizeof(*t));
+	tmp = xmallocarray(CHUNK * w, sizeof(*tmp));
+	buf = xmallocarray(CHUNK * w, sizeof(*buf));
+	while (done < nq && (got = read_ints(r, path, tmp, buf)) > 0) {
+		if (got > nq - done)
+			got = nq - done;
+		memcpy(t + done * w, buf, got * w * sizeof(*t));
+		done += got;
+	}
+	if (done < nq)
+		die("%s: neighbors has %zu rows for %zu queries", path, done,
+		    nq);
+	tq_reader_close(r);
+	free(tmp);
+	free(buf);
+	*width = w;
+	return t;
+}
+
+static void
+eval_mode(const struct opts *o)
+{
+	struct tq_fit_params fp;
+	struct tq_build_params bp;
+	struct tq_file_info fi;
+	struct tq_quantizer *qz;
+	struct tq_reader *r, *data = NULL;
+	struct tq_index *ix;
+	struct run runs[MAX_OVERSAMPLE];
+	struct rusage ru;
+	enum tq_status st;
+	const char *corpus = o->hdf5 ? o->hdf5 : o->corpus;
+	const char *queries = o->hdf5 ? o->hdf5 : o->queries;
+	const char *truthsrc = "exact";
+	char ixpath[PATH_MAX + 16];
+	enum tq_metric metric, fmetric;
+	unsigned threads = o->threads;
+	int known, use_neighbors = 0;
+	uint32_t dim, k;
+	size_t nq, tw = 0, i, c;
+	uint64_t *ids;
+	int64_t *truth = NULL;
+	double t0, build_s;
+	float *q;
+
+	/* The file's neighbours are only the truth for the file's metric. */
+	metric = o->metric;
+	if (o->hdf5 != NULL) {
+		known = hdf5_metric(o->hdf5, &fmetric);
+		if (!known && !o->metric_set)
+			die("%s: no distance attribute; give -m", o->hdf5);
+		if (!o->metric_set)
+			metric = fmetric;
+		use_neighbors = known && fmetric == metric;
+	}
+	if (threads == 0) {
+		long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+		threads = ncpu > 0 ? (unsigned)ncpu : 1;
+	}
+	progress("reading queries");
+	if ((st = tq_read_all(queries, "test", &q, &dim, &nq)) != TQ_OK)
+		die_status(st, queries);
+	if (o->qlimit > 0 && nq > o->qlimit)
+		nq = (size_t)o->qlimit;
+	if (nq == 0)
+		die("%s: no queries", queries);
+
+	make_tmpdir();
+	snprintf(ixpath, sizeof(ixpath), "%s/index.tq", tmpdir);
+	progress("building");
+	t0 = now_seconds();
+	if ((st = tq_reader_open(corpus, "train", &r)) != TQ_OK)
+		die_status(st, corpus);
+	if (tq_reader_dim(r) != dim)
+		die("%s: dimension %u does not match the corpus (%u)", queries,
+		    dim, tq_reader_dim(r));
+	if (o->centre && (st = tq_reader_open(corpus, "train", &data)) != TQ_OK)
+		die_status(st, corpus);
+	tq_fit_params_default(&fp);
+	fp.dim = dim;
+	fp.bits = o->bits;
+	fp.metric = metric;
+	fp.seed = o->seed;
+	if ((st = tq_quantizer_fit(&fp, data, &qz)) != TQ_OK)
+		die_status(st, corpus);
+	tq_reader_close(data);
+	tq_build_params_default(&bp);
+	bp.originals = TQ_ORIG_F32;
+	bp.threads = o->threads;
+	if ((st = tq_build(qz, r, NULL, &bp, ixpath)) != TQ_OK)
+		die_status(st, corpus);
+	build_s = now_seconds() - t0;
+	tq_reader_close(r);
+	tq_quantizer_free(qz);
+	if ((st = tq_file_info(ixpath, &fi)) != TQ_OK ||
+	    (st = tq_index_open(ixpath, &ix)) != TQ_OK)
+		die_status(st, ixpath);
+
+	k = o->k;
+	if (k > fi.count)
+		k = (uint32_t)fi.count;
+	if (use_neighbors && (truth = hdf5_truth(o->hdf5, nq, &tw)) != NULL)
+		truthsrc = "neighbors";
+	if (truth == NULL) {
+		progress("ground truth");
+		ids = xmallocarray(nq * (size_t)k, sizeof(*ids));
+		exact(corpus, "train", metric, queries, q, nq, dim, k,
+		    o->threads, ids);
+		truth = xmallocarray(nq * (size_t)k, sizeof(*truth));
+		for (i = 0; i < nq * (size_t)k; i++)
+			truth[i] = (int64_t)ids[i];
+		free(ids);
+		tw = k;
+	}
+	if (k > tw)
+		k = (uint32_t)tw;
+
+	for (i = 0; i < (size_t)o->noversample; i++) {
+		runs[i].oversample = o->oversample[i];
+		measure(ix, q, nq, dim, k, truth, tw, o->threads, &runs[i]);
+	}
+	progress_done();
+	getrusage(RUSAGE_SELF, &ru);
+
+	if (o->json) {
+		printf("{\"dataset\":");
+		json_string(stdout, base_name(corpus));
+		printf(",\"n\":%llu,\"dim\":%u,\"metric\":\"%s\",\"bits\":%u,"
+		    "\"seed\":%llu,\"centred\":%s,\"queries\":%zu,\"k\":%u,"
+		    "\"truth\":\"%s\",\"build_seconds\":%.3f,"
+		    "\"bytes_per_vector\":%.1f,"
+		    "\"original_bytes_per_vector\":%.1f,\"runs\":[",
+		    (unsigned long long)fi.count, dim, tq_metric_name(metric),
+		    o->bits, (unsigned long long)o->seed,
+		    o->centre ? "true" : "false", nq, k, truthsrc, build_s,
+		    fi.bytes_per_vector, fi.original_bytes_per_vector);
+		for (i = 0; i < (size_t)o->noversample; i++) {
+			printf("%s{\"oversample\":%g", i ? "," : "",
+			    (double)runs[i].oversample);
+			for (c = 0; c < NCUT; c++)
+				if (cutoffs[c] <= k)
+					printf(",\"recall_at_%u\":%.4f",
+					    cutoffs[c], runs[i].recall[c]);
+				else
+					printf(",\"recall_at_%u\":null",
+					    cutoffs[c]);
+			printf(",\"p50_ms\":%.4f,\"p95_ms\":%.4f,"
+			    "\"p99_ms\":%.4f,\"qps\":%.1f,\"threads\":%u}",
+			    runs[i].p50, runs[i].p95, runs[i].p99, runs[i].qps,
+			    threads);
+		}
+		printf("],\"peak_rss_kb\":%ld,\"kernel\":\"%s\"}\n",
+		    ru.ru_maxrss, tq_kernel_name());
+	} else {
+		printf("%s: %llu x %u %s, %zu queries, %u-bit, %s\n",
+		    base_name(corpus), (unsigned long long)fi.count, dim,
+		    tq_metric_name(metric), nq, o->bits,
+		    o->centre ? "centred" : "not centred");
+		printf("build %.1f s, %.1f bytes/vector (+%.0f originals), "
+		    "truth %s, k %u\n", build_s, fi.bytes_per_vector,
+		    fi.original_bytes_per_vector, truthsrc, k);
+		printf("oversample  recall@1  recall@10  recall@100  p50_ms  "
+		    "p95_ms  p99_ms       qps\n");
+		for (i = 0; i < (size_t)o->noversample; i++) {
+			printf("%10g", (double)runs[i].oversample);
+			for (c = 0; c < NCUT; c++)
+				if (cutoffs[c] <= k)
+					printf("  %*.4f", c == 0 ? 8 : c == 1 ?
+					    9 : 10, runs[i].recall[c]);
+				else
+					printf("  %*s", c == 0 ? 8 : c == 1 ?
+					    9 : 10, "-");
+			printf("  %6.3f  %6.3f  %6.3f  %8.0f\n", runs[i].p50,
+			    runs[i].p95, runs[i].p99, runs[i].qps);
+		}
+		printf("peak RSS %ld MB, kernel %s, %u threads\n",
+		    ru.ru_maxrss / 1024, tq_kernel_name(), threads);
+	}
+	tq_index_close(ix);
+	free(truth);
+	free(q);
+}
+
+/* Options -------------------------------------------------------------- */
+
+static void
+parse_oversample(struct opts *o, const char *s)
+{
+	char buf[256], *p = buf, *tok;
+
+	if (strlen(s) >= sizeof(buf))
+		usage_error("oversample list '%s' too long", s);
+	strcpy(buf, s);
+	o->noversample = 0;
+	while ((tok = strsep(&p, ",")) != NULL) {
+		if (o->noversample == MAX_OVERSAMPLE)
+			usage_error("more than %d oversample values",
+			    MAX_OVERSAMPLE);
+		o->oversample[o->noversample++] = parse_float(tok, 1, 1000,
+		    "oversample");
+	}
+}
+
+/*
+ * Usage error if an option outside `allowed` (names between spaces, with a
+ * space at each end) was given.
+ */
+static void
+only(const struct opts *o, const char *allowed, const char *mode)
+{
+	char word[32];
+	int i;
+
+	for (i = 0; i < o->nset; i++) {
+		snprintf(word, sizeof(word), " %s ", o->set[i]);
+		if (strstr(allowed, word) == NULL)
+			usage_error("%s does not apply %s", o->set[i], mode);
+	}
+}
+
+static void
+operands(int argc, char **argv, const char *missing)
+{
+	if (argc < 2)
+		usage_error("%s", missing);
+	if (argc > 2)
+		usage_error("unexpected argument '%s'", argv[2]);
+}
+
+static void
+given(struct opts *o, const char *name)
+{
+	if (o->nset < 32)
+		o->set[o->nset++] = name;
+}
+
+int
+main(int argc, char *argv[])
+{
+	struct opts o;
+	int ch, truth = 0;
+
+	cmd_init(argv, usage_str);
+	memset(&o, 0, sizeof(o));
+	o.bits = 4;
+	o.seed = 42;
+	o.k = 100;
+	o.centre = 1;
+	o.metric = TQ_METRIC_L2;
+	o.dataset = "train";
+	o.oversample[0] = 1;
+	o.oversample[1] = 4;
+	o.noversample = 2;
+	while ((ch = getopt_long(argc, argv, "b:hk:m:o:s:V", longopts,
+	    NULL)) != -1) {
+		switch (ch) {
+		case 'b':
+			o.bits = parse_u32(optarg, 1, 4, "bits");
+			given(&o, "-b");
+			break;
+		case 'h':
+			usage_help();
+		case 'k':
+			o.k = parse_u32(optarg, 1, 1000000, "k");
+			given(&o, "-k");
+			break;
+		case 'm':
+			o.metric = parse_metric(optarg);
+			o.metric_set = 1;
+			given(&o, "-m");
+			break;
+		case 'o':
+			o.out = optarg;
+			given(&o, "-o");
+			break;
+		case 's':
+			o.seed = parse_u64(optarg, 0, UINT64_MAX, "seed");
+			given(&o, "-s");
+			break;
+		case 'V':
+			print_version();
+		case OPT_CORPUS:
+			o.corpus = optarg;
+			given(&o, "--corpus");
+			break;
+		case OPT_DATASET:
+			o.dataset = optarg;
+			given(&o, "--dataset");
+			break;
+		case OPT_HDF5:
+			o.hdf5 = optarg;
+			given(&o, "--hdf5");
+			break;
+		case OPT_JSON:
+			o.json = 1;
+			given(&o, "--json");
+			break;
+		case OPT_NO_CENTRE:
+			o.centre = 0;
+			given(&o, "--no-centre");
+			break;
+		case OPT_OVERSAMPLE:
+			parse_oversample(&o, optarg);
+			given(&o, "--oversample");
+			break;
+		case OPT_QUERIES:
+			o.queries = optarg;
+			given(&o, "--queries");
+			break;
+		case OPT_QUERIES_LIMIT:
+			o.qlimit = parse_u64(optarg, 1, UINT64_MAX,
+			    "queries-limit");
+			given(&o, "--queries-limit");
+			break;
+		case OPT_THREADS:
+			o.threads = parse_u32(optarg, 0, 1024, "threads");
+			given(&o, "--threads");
+			break;
+		case OPT_TRUTH:
+			truth = 1;
+			break;
+		default:
+			usage_exit();
+		}
+	}
+	argc -= optind;
+	argv += optind;
+
+	if (truth) {
+		only(&o, " -k -m --threads --dataset -o ", "to --truth");
+		if (o.out == NULL)
+			usage_error("-o is required with --truth");
+		operands(argc, argv, "missing corpus or queries");
+		truth_mode(&o, argv[0], argv[1]);
+	} else if (o.hdf5 != NULL || o.corpus != NULL || o.queries != NULL) {
+		only(&o, " -b -m -s -k --oversample --threads --no-centre "
+		    "--queries-limit --json --hdf5 --corpus --queries ",
+		    "to an evaluation");
+		if (o.hdf5 != NULL && (o.corpus != NULL || o.queries != NULL))
+			usage_error("--hdf5 cannot be used with --corpus or "
+			    "--queries");
+		if (o.hdf5 == NULL && (o.corpus == NULL || o.queries == NULL))
+			usage_error("--corpus and --queries go together");
+		if (argc > 0)
+			usage_error("unexpected argument '%s'", argv[0]);
+		eval_mode(&o);
+	} else {
+		only(&o, " --json ", "to a comparison");
+		operands(argc, argv, "missing results or truth");
+		compare_mode(&o, argv[0], argv[1]);
+	}
+	finish_stdout();
+	return 0;
+}
