@@ -199,8 +199,9 @@ struct tq_quantizer;
 enum tq_rotation {
 	TQ_ROT_AUTO = 0,	/* dense up to TQ_DENSE_MAX_DIM, else structured */
 	TQ_ROT_DENSE = 1,	/* Haar-random orthogonal d x d (QR, LAPACK) */
-	TQ_ROT_STRUCTURED = 2	/* product of sparse orthogonal factors that
-				   mixes all coordinates; O(d log d) memory */
+	TQ_ROT_STRUCTURED = 2	/* three rounds of permutation + dense Haar
+				   blocks of ~256 that mix all coordinates;
+				   about 3 * 256 * d floats */
 };
 #define TQ_DENSE_MAX_DIM 4096u
 

@@ -100,7 +100,9 @@ unit_path(const char *name)
 	static unsigned next;
 	char *p = buf[next++ % 4];
 
-	snprintf(p, sizeof(buf[0]), "%s/%s", unit_tmpdir(), name);
+	if (snprintf(p, sizeof(buf[0]), "%s/%s", unit_tmpdir(), name) >=
+	    (int)sizeof(buf[0]))
+		p[0] = '\0';	/* too long: an empty name fails loudly */
 	return p;
 }
 

@@ -1,0 +1,520 @@
+/*
+ * encode.c - vectors to codes and per-vector factors, and back; the row
+ * (stream) and blocked (index) code layouts; code-stream headers.
+ *
+ * Encoding (TURBOQUANT.md, "Centring"): for cosine x <- x/|x| (zero stays
+ * zero); r = x - c; u = R r / |r|; code_j = the level nearest u_j (ties to
+ * the lower level); yhat_j = centroid[code_j]; then per vector
+ *     s  = |r| / <u, yhat>
+ *     b' = <c, r> - s <R c, yhat>
+ *     |x|^2 (of the possibly normalised x)
+ * so that <q, x> ~= s <R q, yhat> + b' + <q, c>.  |r| = 0 gives the
+ * smallest positive level everywhere, s = 0 and b' = 0.
+ *
+ * Rows are rotated in batches (tq_rotate computes every row in one fixed
+ * order, so a row's bytes do not depend on the batch, the split of the
+ * input into calls, or the number of threads).
+ * Norms and dot products are accumulated in double.
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "internal.h"
+
+/* Rows per rotation call (bounds the scratch). */
+static size_t
+enc_batch(uint32_t dim)
+{
+	return dim <= 2048 ? 64 : 16;
+}
+
+/* Nearest level: the number of boundaries strictly below u. */
+static unsigned
+nearest(const float *bounds, unsigned nb, float u)
+{
+	unsigned k, c = 0;
+
+	for (k = 0; k < nb; k++)
+		c += u > bounds[k];
+	return c;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Scale search                                                              */
+
+/*
+ * Among the codewords that are the nearest-level rounding of t*u for some
+ * t > 0, picks the one maximising cos(u, yhat).  As t grows, coordinate j
+ * steps from magnitude level m-1 to m at t = bound_m / |u_j|.  Sorting the
+ * coordinates by |u_j| once makes each level's crossing times ascending,
+ * so the events are a merge of K-1 sorted lists; the sweep keeps <u, yhat>
+ * and |yhat|^2 up to date and remembers the best prefix.
+ */
+struct sweep {
+	uint32_t *idx;	/* dim: coordinates by |u| descending */
+	float *a;	/* dim: |u| */
+	uint8_t *lev;	/* dim: magnitude level */
+	uint32_t *ev;	/* dim * 7: coordinates in event order */
+};
+
+/* qsort has no context argument; a thread-local key keeps this reentrant. */
+static _Thread_local const float *tl_key;
+
+static int
+cmp_desc(const void *pa, const void *pb)
+{
+	uint32_t i = *(const uint32_t *)pa, j = *(const uint32_t *)pb;
+	float a = tl_key[i], b = tl_key[j];
+
+	if (a != b)
+		return a > b ? -1 : 1;
+	return i < j ? -1 : i > j;
+}
+
+static void
+scale_search(const struct tq_quantizer *q, const float *u, struct sweep *w,
+    uint8_t *codes)
+{
+	unsigned K = q->nlevels / 2, m, head[8], mmin;
+	uint32_t d = q->dim, nz = 0, j;
+	const float *pb = q->bounds + K - 1;	/* pb[m], m = 1 .. K-1 */
+	const float *cm = q->centroids + K;	/* magnitudes, m = 0 .. K-1 */
+	double dot = 0, nn, best, t, tm[8];
+	size_t ev = 0, nev, best_ev = 0;
+
+	for (j = 0; j < d; j++) {
+		w->a[j] = fabsf(u[j]);
+		if (w->a[j] > 0)
+			w->idx[nz++] = j;
+		dot += (double)w->a[j] * cm[0];
+	}
+	nn = (double)d * cm[0] * cm[0];
+	best = dot * dot / nn;
+	nev = (size_t)nz * (K - 1);
+	if (nev > 0) {
+		tl_key = w->a;
+		qsort(w->idx, nz, sizeof(uint32_t), cmp_desc);
+		for (m = 1; m < K; m++) {
+			head[m] = 0;
+			tm[m] = pb[m] / (double)w->a[w->idx[0]];
+		}
+	}
+	while (ev < nev) {
+		/* Apply every event at the smallest time t, then score. */
+		mmin = 0;
+		t = INFINITY;
+		for (m = 1; m < K; m++)
+			if (tm[m] < t) {
+				t = tm[m];
+				mmin = m;
+			}
+		for (m = mmin; m < K; m++)
+			while (tm[m] == t) {
+				double a = w->a[w->idx[head[m]]];
+
+				dot += a * ((double)cm[m] - cm[m - 1]);
+				nn += (double)cm[m] * cm[m] -
+				    (double)cm[m - 1] * cm[m - 1];
+				w->ev[ev++] = w->idx[head[m]];
+				tm[m] = ++head[m] < nz ?
+				    pb[m] / (double)w->a[w->idx[head[m]]] :
+				    INFINITY;
+			}
+		if (dot * dot / nn > best) {
+			best = dot * dot / nn;
+			best_ev = ev;
+		}
+	}
+	/* Replay the best prefix: each event raises its coordinate a level. */
+	memset(w->lev, 0, d);
+	for (ev = 0; ev < best_ev; ev++)
+		w->lev[w->ev[ev]]++;
+	for (j = 0; j < d; j++)
+		codes[j] = (uint8_t)(u[j] > 0 ? K + w->lev[j] :
+		    u[j] < 0 ? K - 1 - w->lev[j] : K - 1);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Encoding                                                                  */
+
+/* row0 only numbers the rows in failure details. */
+static enum tq_status
+encode_rows(const struct tq_quantizer *q, const float *x, size_t n,
+    size_t row0, uint8_t *codes, float *factors)
+{
+	size_t d = q->dim, B = enc_batch(q->dim), s0, i, j;
+	unsigned L = q->nlevels, K = L / 2;
+	float *rb = NULL, *ub = NULL, *u = NULL;
+	double *meta = NULL;	/* per row: |r|, <c, r>, |x|^2 */
+	struct sweep w = { NULL, NULL, NULL, NULL };
+	int search = (q->flags & TQ_QFLAG_SCALE_SEARCH) != 0;
+	enum tq_status st = TQ_OK;
+
+	if (n == 0)
+		return TQ_OK;
+	rb = tq_mallocarray(B * d, sizeof(float));
+	ub = tq_mallocarray(B * d, sizeof(float));
+	u = tq_mallocarray(d, sizeof(float));
+	meta = tq_mallocarray(3 * B, sizeof(double));
+	if (search) {
+		w.idx = tq_mallocarray(d, sizeof(uint32_t));
+		w.a = tq_mallocarray(d, sizeof(float));
+		w.lev = tq_mallocarray(d, 1);
+		w.ev = tq_mallocarray(d, (K - 1) * sizeof(uint32_t));
+	}
+	if (!rb || !ub || !u || !meta ||
+	    (search && (!w.idx || !w.a || !w.lev || !w.ev))) {
+		st = tq_fail(TQ_ERR_NOMEM, "encode: out of memory");
+		goto out;
+	}
+	for (s0 = 0; s0 < n; s0 += B) {
+		size_t m = n - s0 < B ? n - s0 : B;
+
+		for (i = 0; i < m; i++) {
+			const float *xi = x + (s0 + i) * d;
+			float *r = rb + i * d;
+			double scale = 1, x2 = 0, r2 = 0, cr = 0;
+
+			for (j = 0; j < d; j++)
+				if (!isfinite(xi[j])) {
+					st = tq_fail(TQ_ERR_NONFINITE, "row %zu: "
+					    "value is NaN or infinite", row0 + s0 + i);
+					goto out;
+				}
+			if (q->metric == TQ_METRIC_COSINE) {
+				double nn = 0;
+
+				for (j = 0; j < d; j++)
+					nn += (double)xi[j] * xi[j];
+				scale = nn > 0 ? 1 / sqrt(nn) : 0;
+			}
+			for (j = 0; j < d; j++) {
+				float xv = q->metric == TQ_METRIC_COSINE ?
+				    (float)(xi[j] * scale) : xi[j];
+
+				r[j] = xv - q->centre[j];
+				x2 += (double)xv * xv;
+				r2 += (double)r[j] * r[j];
+				cr += (double)q->centre[j] * r[j];
+			}
+			meta[3 * i] = sqrt(r2);
+			meta[3 * i + 1] = cr;
+			meta[3 * i + 2] = x2;
+		}
+		tq_rotate(q, rb, m, ub);
+		for (i = 0; i < m; i++) {
+			uint8_t *c = codes + (s0 + i) * d;
+			float *f = factors + (s0 + i) * TQ_NFACTORS;
+			const float *ur = ub + i * d;
+			double rn = meta[3 * i], inv, dot = 0, ryc = 0, s;
+
+			if (rn == 0) {
+				memset(c, K, d);
+				f[0] = 0;
+				f[1] = 0;
+				f[2] = (float)meta[3 * i + 2];
+				continue;
+			}
+			inv = 1 / rn;
+			for (j = 0; j < d; j++)
+				u[j] = (float)(ur[j] * inv);
+			if (search && K > 1)
+				scale_search(q, u, &w, c);
+			else
+				for (j = 0; j < d; j++)
+					c[j] = (uint8_t)nearest(q->bounds,
+					    L - 1, u[j]);
+			for (j = 0; j < d; j++) {
+				double y = q->centroids[c[j]];
+
+				dot += (double)u[j] * y;
+				ryc += (double)q->rcentre[j] * y;
+			}
+			s = dot > 0 ? rn / dot : 0;
+			f[0] = (float)s;
+			f[1] = (float)(meta[3 * i + 1] - s * ryc);
+			f[2] = (float)meta[3 * i + 2];
+		}
+	}
+out:
+	free(rb);
+	free(ub);
+	free(u);
+	free(meta);
+	free(w.idx);
+	free(w.a);
+	free(w.lev);
+	free(w.ev);
+	return st;
+}
+
+enum tq_status
+tq_encode_unpacked(const struct tq_quantizer *q, const float *x, size_t n,
+    uint8_t *codes, float *factors)
+{
+	return encode_rows(q, x, n, 0, codes, factors);
+}
+
+/* Rows encoded per internal call of tq_encode (bounds the scratch). */
+#define PACK_CHUNK 256u
+
+enum tq_status
+tq_encode(const struct tq_quantizer *q, const float *x, size_t n,
+    uint8_t *codes, float *factors)
+{
+	size_t d = q->dim, cb = tq_code_bytes(q), s0, i;
+	uint8_t *un;
+	enum tq_status st = TQ_OK;
+
+	if (n == 0)
+		return TQ_OK;
+	if ((un = tq_mallocarray(PACK_CHUNK, d)) == NULL)
+		return tq_fail(TQ_ERR_NOMEM, "encode: out of memory");
+	for (s0 = 0; s0 < n && st == TQ_OK; s0 += PACK_CHUNK) {
+		size_t m = n - s0 < PACK_CHUNK ? n - s0 : PACK_CHUNK;
+
+		st = encode_rows(q, x + s0 * d, m, s0, un,
+		    factors + s0 * TQ_NFACTORS);
+		for (i = 0; i < m && st == TQ_OK; i++)
+			tq_pack_row(q, un + i * d, codes + (s0 + i) * cb);
+	}
+	free(un);
+	return st;
+}
+
+/*
+ * Decoding is approximate: x^ = c + |r|^ R^T yhat with |r|^ = s <yhat,
+ * yhat>, because the exact <u, yhat> is not stored and its expectation
+ * is |yhat|^2 (each centroid is the mean of its cell).  For cosine the
+ * result approximates the normalised vector.
+ */
+enum tq_status
+tq_decode(const struct tq_quantizer *q, const uint8_t *codes,
+    const float *factors, size_t n, float *out)
+{
+	size_t d = q->dim, cb = tq_code_bytes(q), B = enc_batch(q->dim), s0,
+	    i, j;
+	uint8_t *un;
+	float *yb;
+
+	if (n == 0)
+		return TQ_OK;
+	un = tq_mallocarray(d, 1);
+	yb = tq_mallocarray(B * d, sizeof(float));
+	if (un == NULL || yb == NULL) {
+		free(un);
+		free(yb);
+		return tq_fail(TQ_ERR_NOMEM, "decode: out of memory");
+	}
+	for (s0 = 0; s0 < n; s0 += B) {
+		size_t m = n - s0 < B ? n - s0 : B;
+
+		for (i = 0; i < m; i++) {
+			float *y = yb + i * d;
+			double nn = 0, scale;
+
+			tq_unpack_row(q, codes + (s0 + i) * cb, un);
+			for (j = 0; j < d; j++) {
+				y[j] = q->centroids[un[j]];
+				nn += (double)y[j] * y[j];
+			}
+			scale = (double)factors[(s0 + i) * TQ_NFACTORS] * nn;
+			for (j = 0; j < d; j++)
+				y[j] = (float)(y[j] * scale);
+		}
+		tq_rotate_inv(q, yb, m, out + s0 * d);
+		for (i = 0; i < m; i++)
+			for (j = 0; j < d; j++)
+				out[(s0 + i) * d + j] += q->centre[j];
+	}
+	free(un);
+	free(yb);
+	return TQ_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Row layout: coordinate j at bits [j*bits, (j+1)*bits), little-endian.    */
+
+void
+tq_pack_row(const struct tq_quantizer *q, const uint8_t *codes,
+    uint8_t *packed)
+{
+	unsigned bits = q->bits, mask = q->nlevels - 1, nacc = 0;
+	uint32_t acc = 0, j;
+	size_t o = 0;
+
+	for (j = 0; j < q->dim; j++) {
+		acc |= (uint32_t)(codes[j] & mask) << nacc;
+		nacc += bits;
+		while (nacc >= 8) {
+			packed[o++] = (uint8_t)acc;
+			acc >>= 8;
+			nacc -= 8;
+		}
+	}
+	if (nacc > 0)
+		packed[o++] = (uint8_t)acc;
+}
+
+void
+tq_unpack_row(const struct tq_quantizer *q, const uint8_t *packed,
+    uint8_t *codes)
+{
+	unsigned bits = q->bits, mask = q->nlevels - 1, nacc = 0;
+	uint32_t acc = 0, j;
+	size_t o = 0;
+
+	for (j = 0; j < q->dim; j++) {
+		if (nacc < bits) {
+			acc |= (uint32_t)packed[o++] << nacc;
+			nacc += 8;
+		}
+		codes[j] = (uint8_t)(acc & mask);
+		acc >>= bits;
+		nacc -= bits;
+	}
+}
+
+/* ------------------------------------------------------------------------ */
+/* Blocked layout (internal.h)                                               */
+
+size_t
+tq_block_bytes(const struct tq_quantizer *q)
+{
+	return q->field_bits == 4 ? (size_t)q->nfields * 16 :
+	    (size_t)q->nfields / 4 * 96;
+}
+
+/* Field f of one vector's unpacked codes (padding coordinates are 0). */
+static unsigned
+field_of(const struct tq_quantizer *q, const uint8_t *c, uint32_t f)
+{
+	unsigned i, v = 0, cpf = q->coords_per_field, mask = q->nlevels - 1;
+	uint32_t j = f * cpf;
+
+	for (i = 0; i < cpf && j + i < q->dim; i++)
+		v |= (c[j + i] & mask) << (i * q->bits);
+	return v;
+}
+
+void
+tq_pack_block(const struct tq_quantizer *q, const uint8_t *codes,
+    size_t rows, uint8_t *block)
+{
+	size_t d = q->dim;
+	uint32_t f, j;
+
+	memset(block, 0, tq_block_bytes(q));
+	if (q->field_bits == 4) {
+		for (f = 0; f < q->nfields; f++)
+			for (j = 0; j < rows && j < TQ_BLOCK; j++) {
+				unsigned v = field_of(q, codes + j * d, f);
+
+				block[f * 16 + (j & 15)] |=
+				    (uint8_t)(j < 16 ? v : v << 4);
+			}
+		return;
+	}
+	for (f = 0; f < q->nfields; f += 4) {
+		uint8_t *A = block + f / 4 * 96, *B = A + 32, *C = A + 64;
+
+		for (j = 0; j < rows && j < TQ_BLOCK; j++) {
+			const uint8_t *c = codes + j * d;
+			unsigned f0 = field_of(q, c, f), f1 = field_of(q, c, f + 1);
+			unsigned f2 = field_of(q, c, f + 2);
+			unsigned f3 = field_of(q, c, f + 3);
+
+			A[j] = (uint8_t)(f0 | (f3 & 3) << 6);
+			B[j] = (uint8_t)(f1 | ((f3 >> 2) & 3) << 6);
+			C[j] = (uint8_t)(f2 | (f3 >> 4) << 6);
+		}
+	}
+}
+
+void
+tq_unpack_block_row(const struct tq_quantizer *q, const uint8_t *block,
+    unsigned j, uint8_t *codes)
+{
+	unsigned cpf = q->coords_per_field, mask = q->nlevels - 1, i;
+	uint32_t f;
+
+	for (f = 0; f < q->nfields; f++) {
+		unsigned v;
+
+		if (q->field_bits == 4) {
+			uint8_t b = block[f * 16 + (j & 15)];
+
+			v = j < 16 ? b & 15u : (unsigned)b >> 4;
+		} else {
+			const uint8_t *A = block + f / 4 * 96;
+			unsigned k = f % 4;
+
+			v = k < 3 ? A[k * 32 + j] & 63u :
+			    (unsigned)(A[j] >> 6 | (A[32 + j] >> 6) << 2 |
+			    (A[64 + j] >> 6) << 4);
+		}
+		for (i = 0; i < cpf; i++)
+			if ((size_t)f * cpf + i < q->dim)
+				codes[f * cpf + i] =
+				    (uint8_t)(v >> (i * q->bits) & mask);
+	}
+}
+
+/* ------------------------------------------------------------------------ */
+/* Code streams                                                              */
+
+#define CODES_MAGIC "TQCODES1"
+#define CODES_VERSION 1u
+
+size_t
+tq_codes_record_bytes(const struct tq_quantizer *q)
+{
+	return tq_code_bytes(q) + 4 * TQ_NFACTORS;
+}
+
+void
+tq_codes_header(const struct tq_quantizer *q, uint64_t n,
+    uint8_t hdr[TQ_CODES_HEADER])
+{
+	memset(hdr, 0, TQ_CODES_HEADER);
+	memcpy(hdr, CODES_MAGIC, 8);
+	wr_le32(hdr + 8, CODES_VERSION);
+	wr_le32(hdr + 12, q->dim);
+	wr_le32(hdr + 16, q->bits);
+	wr_le32(hdr + 20, (uint32_t)q->metric);
+	wr_le32(hdr + 24, (uint32_t)tq_codes_record_bytes(q));
+	wr_le32(hdr + 28, 0);
+	wr_le64(hdr + 32, n);
+	wr_le64(hdr + 40, tq_quantizer_fingerprint(q));
+}
+
+enum tq_status
+tq_codes_check(const struct tq_quantizer *q,
+    const uint8_t hdr[TQ_CODES_HEADER], uint64_t *n)
+{
+	if (memcmp(hdr, CODES_MAGIC, 8) != 0)
+		return tq_fail(TQ_ERR_FORMAT, "not a tq code stream (bad "
+		    "magic)");
+	if (rd_le32(hdr + 8) != CODES_VERSION)
+		return tq_fail(TQ_ERR_VERSION, "code stream version %u is not "
+		    "supported", (unsigned)rd_le32(hdr + 8));
+	if (rd_le32(hdr + 28) != 0)
+		return tq_fail(TQ_ERR_FORMAT, "code stream: reserved field is "
+		    "not zero");
+	if (rd_le32(hdr + 12) != q->dim || rd_le32(hdr + 16) != q->bits ||
+	    rd_le32(hdr + 20) != (uint32_t)q->metric)
+		return tq_fail(TQ_ERR_MISMATCH, "code stream: dim %u, %u bits, "
+		    "metric %u; the quantizer has dim %u, %u bits, metric %u",
+		    (unsigned)rd_le32(hdr + 12), (unsigned)rd_le32(hdr + 16),
+		    (unsigned)rd_le32(hdr + 20), (unsigned)q->dim, q->bits,
+		    (unsigned)q->metric);
+	if (rd_le32(hdr + 24) != tq_codes_record_bytes(q))
+		return tq_fail(TQ_ERR_FORMAT, "code stream: record size %u, "
+		    "expected %zu", (unsigned)rd_le32(hdr + 24),
+		    tq_codes_record_bytes(q));
+	if (rd_le64(hdr + 40) != tq_quantizer_fingerprint(q))
+		return tq_fail(TQ_ERR_MISMATCH, "code stream: made by another "
+		    "quantizer (fingerprint differs)");
+	*n = rd_le64(hdr + 32);
+	return TQ_OK;
+}

@@ -1,0 +1,536 @@
+/*
+ * quantizer.c - parameters, fitting, the QPAR/ROTM/CBOK/CENT sections and
+ * the fingerprint.  The byte layouts are specified in internal.h.
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#define XXH_STATIC_LINKING_ONLY	/* XXH64_state_t on the stack */
+#include <xxhash.h>
+
+#include "internal.h"
+
+#define FIT_CHUNK 4096u
+
+/* Borrowing f32 arrays straight from a mapping needs a little-endian host. */
+static int
+host_is_le(void)
+{
+	const uint32_t one = 1;
+	uint8_t b;
+
+	memcpy(&b, &one, 1);
+	return b == 1;
+}
+
+void
+tq_fit_params_default(struct tq_fit_params *p)
+{
+	memset(p, 0, sizeof(*p));
+	p->dim = 0;
+	p->bits = 4;
+	p->metric = TQ_METRIC_L2;
+	p->seed = 42;
+	p->rotation = TQ_ROT_AUTO;
+	p->scale_search = 0;
+	p->sample = 0;
+}
+
+void
+tq_quantizer_layout(struct tq_quantizer *q)
+{
+	uint32_t nf;
+
+	if (q->bits == 3) {
+		q->field_bits = 6;
+		q->coords_per_field = 2;
+	} else {
+		q->field_bits = 4;
+		q->coords_per_field = 4 / q->bits;
+	}
+	nf = (q->dim + q->coords_per_field - 1) / q->coords_per_field;
+	q->nfields = (nf + 3) / 4 * 4;
+}
+
+void
+tq_quantizer_free(struct tq_quantizer *q)
+{
+	if (q == NULL)
+		return;
+	if (q->mem != NULL) {
+		free(q->mem);
+	} else if (!q->borrowed) {
+		free(q->rot);
+		free(q->centre);	/* rcentre shares this allocation */
+	}
+	free(q);
+}
+
+uint32_t
+tq_quantizer_dim(const struct tq_quantizer *q)
+{
+	return q->dim;
+}
+
+unsigned
+tq_quantizer_bits(const struct tq_quantizer *q)
+{
+	return q->bits;
+}
+
+enum tq_metric
+tq_quantizer_metric(const struct tq_quantizer *q)
+{
+	return q->metric;
+}
+
+int
+tq_quantizer_centred(const struct tq_quantizer *q)
+{
+	return (q->flags & TQ_QFLAG_CENTRED) != 0;
+}
+
+size_t
+tq_code_bytes(const struct tq_quantizer *q)
+{
+	return ((size_t)q->dim * q->bits + 7) / 8;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Fitting                                                                   */
+
+static enum tq_status
+check_params(const struct tq_fit_params *p)
+{
+	if (p->bits < 1 || p->bits > 4)
+		return tq_fail(TQ_ERR_ARG, "bits must be 1, 2, 3 or 4");
+	if (p->metric != TQ_METRIC_IP && p->metric != TQ_METRIC_COSINE &&
+	    p->metric != TQ_METRIC_L2)
+		return tq_fail(TQ_ERR_ARG, "unknown metric %d", (int)p->metric);
+	if (p->rotation != TQ_ROT_AUTO && p->rotation != TQ_ROT_DENSE &&
+	    p->rotation != TQ_ROT_STRUCTURED)
+		return tq_fail(TQ_ERR_ARG, "unknown rotation kind %d",
+		    (int)p->rotation);
+	if (p->dim > TQ_MAX_DIM)
+		return tq_fail(TQ_ERR_ARG, "dimension %u out of range 1..%u",
+		    (unsigned)p->dim, (unsigned)TQ_MAX_DIM);
+	return TQ_OK;
+}
+
+/* The mean of the (for cosine, normalised) rows, in double. */
+static enum tq_status
+data_mean(struct tq_reader *r, uint32_t dim, enum tq_metric metric,
+    uint64_t sample, float *centre)
+{
+	double *sum;
+	float *buf;
+	uint64_t seen = 0;
+	size_t got, i, j;
+	enum tq_status st = TQ_OK;
+
+	sum = tq_callocarray(dim, sizeof(double));
+	buf = tq_mallocarray((size_t)FIT_CHUNK * dim, sizeof(float));
+	if (sum == NULL || buf == NULL) {
+		free(sum);
+		free(buf);
+		return tq_fail(TQ_ERR_NOMEM, "fit: out of memory");
+	}
+	while (sample == 0 || seen < sample) {
+		size_t want = FIT_CHUNK;
+
+		if (sample != 0 && sample - seen < want)
+			want = (size_t)(sample - seen);
+		if ((st = tq_reader_read(r, buf, want, &got)) != TQ_OK)
+			break;
+		if (got == 0)
+			break;
+		for (i = 0; i < got; i++) {
+			const float *x = buf + i * dim;
+			double scale = 1;
+
+			if (metric == TQ_METRIC_COSINE) {
+				double nn = 0;
+
+				for (j = 0; j < dim; j++)
+					nn += (double)x[j] * x[j];
+				scale = nn > 0 ? 1 / sqrt(nn) : 0;
+			}
+			for (j = 0; j < dim; j++)
+				sum[j] += scale * x[j];
+		}
+		seen += got;
+	}
+	if (st == TQ_OK && seen == 0)
+		st = tq_fail(TQ_ERR_EMPTY, "fit: the data holds no vectors");
+	if (st == TQ_OK)
+		for (j = 0; j < dim; j++)
+			centre[j] = (float)(sum[j] / (double)seen);
+	free(sum);
+	free(buf);
+	return st;
+}
+
+enum tq_status
+tq_quantizer_fit(const struct tq_fit_params *p, struct tq_reader *data,
+    struct tq_quantizer **out)
+{
+	struct tq_quantizer *q;
+	uint32_t dim = p->dim;
+	enum tq_status st;
+
+	*out = NULL;
+	TQ_TRY(check_params(p));
+	if (data != NULL) {
+		uint32_t rd = tq_reader_dim(data);
+
+		if (dim == 0)
+			dim = rd;
+		else if (dim != rd)
+			return tq_fail(TQ_ERR_MISMATCH, "dimension %u given, "
+			    "but the data has dimension %u", (unsigned)dim,
+			    (unsigned)rd);
+	}
+	if (dim < 1 || dim > TQ_MAX_DIM)
+		return tq_fail(TQ_ERR_ARG, dim == 0 ? "no dimension given "
+		    "and no data to take it from" : "dimension %u out of "
+		    "range 1..%u", (unsigned)dim, (unsigned)TQ_MAX_DIM);
+	if ((q = calloc(1, sizeof(*q))) == NULL)
+		return tq_fail(TQ_ERR_NOMEM, "fit: out of memory");
+	q->dim = dim;
+	q->bits = p->bits;
+	q->metric = p->metric;
+	q->seed = p->seed;
+	q->rotation = p->rotation != TQ_ROT_AUTO ? p->rotation :
+	    dim <= TQ_DENSE_MAX_DIM ? TQ_ROT_DENSE : TQ_ROT_STRUCTURED;
+	q->nlevels = 1u << p->bits;
+	q->flags = (p->scale_search ? TQ_QFLAG_SCALE_SEARCH : 0) |
+	    (data != NULL ? TQ_QFLAG_CENTRED : 0);
+	tq_quantizer_layout(q);
+	if ((st = tq_codebook(dim, q->bits, q->centroids, q->bounds)) !=
+	    TQ_OK)
+		goto fail;
+	if ((q->centre = tq_callocarray(2 * (size_t)dim, sizeof(float))) ==
+	    NULL) {
+		st = tq_fail(TQ_ERR_NOMEM, "fit: out of memory");
+		goto fail;
+	}
+	q->rcentre = q->centre + dim;
+	if (data != NULL && (st = data_mean(data, dim, p->metric, p->sample,
+	    q->centre)) != TQ_OK)
+		goto fail;
+	if ((st = tq_rotation_make(dim, q->rotation, p->seed, &q->rot,
+	    &q->rot_len)) != TQ_OK)
+		goto fail;
+	if (data != NULL)
+		tq_rotate(q, q->centre, 1, q->rcentre);
+	*out = q;
+	return TQ_OK;
+fail:
+	tq_quantizer_free(q);
+	return st;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Serialisation                                                             */
+
+/*
+ * The sections are produced once, as a sequence of (tag, bytes) pieces,
+ * and consumed either by a file writer or by the fingerprint hash.
+ */
+struct sink {
+	struct tq_filewriter *fw;	/* or NULL: hash */
+	XXH64_state_t *h;
+};
+
+static enum tq_status
+sink_begin(struct sink *s, uint32_t tag)
+{
+	return s->fw ? tq_fw_begin(s->fw, tag) : TQ_OK;
+}
+
+static enum tq_status
+sink_write(struct sink *s, const void *p, size_t n)
+{
+	if (s->fw)
+		return tq_fw_write(s->fw, p, n);
+	XXH64_update(s->h, p, n);
+	return TQ_OK;
+}
+
+static enum tq_status
+sink_end(struct sink *s)
+{
+	return s->fw ? tq_fw_end(s->fw) : TQ_OK;
+}
+
+/* Writes n floats as little-endian f32 through a bounce buffer. */
+static enum tq_status
+sink_floats(struct sink *s, const float *v, size_t n)
+{
+	uint8_t buf[4096];
+	size_t i, k;
+
+	for (i = 0; i < n; i += k) {
+		k = n - i < sizeof(buf) / 4 ? n - i : sizeof(buf) / 4;
+		for (size_t j = 0; j < k; j++)
+			wr_lef32(buf + 4 * j, v[i + j]);
+		TQ_TRY(sink_write(s, buf, 4 * k));
+	}
+	return TQ_OK;
+}
+
+static enum tq_status
+serialize(const struct tq_quantizer *q, struct sink *s)
+{
+	uint8_t qpar[TQ_QPAR_SIZE];
+
+	memset(qpar, 0, sizeof(qpar));
+	wr_le32(qpar + 0, q->dim);
+	wr_le32(qpar + 4, q->bits);
+	wr_le32(qpar + 8, (uint32_t)q->metric);
+	wr_le32(qpar + 12, q->flags);
+	wr_le64(qpar + 16, q->seed);
+	wr_le32(qpar + 24, (uint32_t)q->rotation);
+	wr_le32(qpar + 28, q->nlevels);
+	wr_le32(qpar + 32, q->field_bits);
+	wr_le32(qpar + 36, q->coords_per_field);
+	wr_le32(qpar + 40, q->nfields);
+	TQ_TRY(sink_begin(s, TQ_TAG_QPAR));
+	TQ_TRY(sink_write(s, qpar, sizeof(qpar)));
+	TQ_TRY(sink_end(s));
+
+	TQ_TRY(sink_begin(s, TQ_TAG_ROTM));
+	TQ_TRY(sink_floats(s, q->rot, q->rot_len / 4));
+	TQ_TRY(sink_end(s));
+
+	TQ_TRY(sink_begin(s, TQ_TAG_CBOK));
+	TQ_TRY(sink_floats(s, q->centroids, q->nlevels));
+	TQ_TRY(sink_floats(s, q->bounds, q->nlevels - 1));
+	TQ_TRY(sink_end(s));
+
+	TQ_TRY(sink_begin(s, TQ_TAG_CENT));
+	TQ_TRY(sink_floats(s, q->centre, q->dim));
+	TQ_TRY(sink_floats(s, q->rcentre, q->dim));
+	return sink_end(s);
+}
+
+enum tq_status
+tq_quantizer_write_sections(const struct tq_quantizer *q,
+    struct tq_filewriter *fw)
+{
+	struct sink s = { fw, NULL };
+
+	return serialize(q, &s);
+}
+
+uint64_t
+tq_quantizer_fingerprint(const struct tq_quantizer *q)
+{
+	XXH64_state_t st;
+	struct sink s = { NULL, &st };
+
+	XXH64_reset(&st, 0);
+	(void)serialize(q, &s);	/* hashing cannot fail */
+	return XXH64_digest(&st);
+}
+
+enum tq_status
+tq_quantizer_save(const struct tq_quantizer *q, const char *path)
+{
+	struct tq_filewriter *fw;
+	enum tq_status st;
+
+	TQ_TRY(tq_fw_open(path, TQ_FILE_QUANTIZER, 8, &fw));
+	if ((st = tq_quantizer_write_sections(q, fw)) != TQ_OK) {
+		tq_fw_abort(fw);
+		return st;
+	}
+	return tq_fw_commit(fw);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Loading                                                                   */
+
+static enum tq_status
+need_section(const struct tq_file *f, uint32_t tag, const char *name,
+    const uint8_t **p, uint64_t *len)
+{
+	if ((*p = tq_file_section(f, tag, len)) == NULL)
+		return tq_fail(TQ_ERR_FORMAT, "missing section %s", name);
+	return TQ_OK;
+}
+
+static enum tq_status
+parse_qpar(const uint8_t *p, uint64_t len, struct tq_quantizer *q)
+{
+	struct tq_quantizer want;
+	uint32_t rot, metric;
+	unsigned i;
+
+	if (len != TQ_QPAR_SIZE)
+		return tq_fail(TQ_ERR_FORMAT, "section QPAR: length %llu, "
+		    "expected %u", (unsigned long long)len, TQ_QPAR_SIZE);
+	q->dim = rd_le32(p);
+	q->bits = rd_le32(p + 4);
+	metric = rd_le32(p + 8);
+	q->flags = rd_le32(p + 12);
+	q->seed = rd_le64(p + 16);
+	rot = rd_le32(p + 24);
+	q->nlevels = rd_le32(p + 28);
+	if (q->dim < 1 || q->dim > TQ_MAX_DIM)
+		return tq_fail(TQ_ERR_FORMAT, "section QPAR: dimension %u out "
+		    "of range 1..%u", (unsigned)q->dim, (unsigned)TQ_MAX_DIM);
+	if (q->bits < 1 || q->bits > 4)
+		return tq_fail(TQ_ERR_FORMAT, "section QPAR: bits %u not in "
+		    "1..4", q->bits);
+	if (metric > TQ_METRIC_L2)
+		return tq_fail(TQ_ERR_FORMAT, "section QPAR: unknown metric "
+		    "%u", (unsigned)metric);
+	q->metric = (enum tq_metric)metric;
+	if (q->flags & ~(TQ_QFLAG_CENTRED | TQ_QFLAG_SCALE_SEARCH))
+		return tq_fail(TQ_ERR_FORMAT, "section QPAR: unknown flags "
+		    "0x%x", (unsigned)q->flags);
+	if (rot != TQ_ROT_DENSE && rot != TQ_ROT_STRUCTURED)
+		return tq_fail(TQ_ERR_FORMAT, "section QPAR: unknown rotation "
+		    "kind %u", (unsigned)rot);
+	if (rot == TQ_ROT_DENSE && q->dim > TQ_DENSE_MAX_DIM)
+		return tq_fail(TQ_ERR_FORMAT, "section QPAR: dense rotation "
+		    "at dimension %u", (unsigned)q->dim);
+	q->rotation = (enum tq_rotation)rot;
+	if (q->nlevels != 1u << q->bits)
+		return tq_fail(TQ_ERR_FORMAT, "section QPAR: %u levels for %u "
+		    "bits", q->nlevels, q->bits);
+	want = *q;
+	tq_quantizer_layout(&want);
+	if (rd_le32(p + 32) != want.field_bits ||
+	    rd_le32(p + 36) != want.coords_per_field ||
+	    rd_le32(p + 40) != want.nfields)
+		return tq_fail(TQ_ERR_FORMAT, "section QPAR: field layout "
+		    "does not match dimension and bits");
+	for (i = 44; i < TQ_QPAR_SIZE; i++)
+		if (p[i] != 0)
+			return tq_fail(TQ_ERR_FORMAT, "section QPAR: reserved "
+			    "bytes are not zero");
+	q->field_bits = want.field_bits;
+	q->coords_per_field = want.coords_per_field;
+	q->nfields = want.nfields;
+	return TQ_OK;
+}
+
+static enum tq_status
+parse_cbok(const uint8_t *p, uint64_t len, struct tq_quantizer *q)
+{
+	unsigned n = q->nlevels, k;
+
+	if (len != (uint64_t)(2 * n - 1) * 4)
+		return tq_fail(TQ_ERR_FORMAT, "section CBOK: length %llu, "
+		    "expected %u", (unsigned long long)len, (2 * n - 1) * 4);
+	for (k = 0; k < n; k++)
+		q->centroids[k] = rd_lef32(p + 4 * k);
+	for (k = 0; k + 1 < n; k++)
+		q->bounds[k] = rd_lef32(p + 4 * (n + k));
+	for (k = 0; k < n; k++)
+		if (!(q->centroids[k] >= -1 && q->centroids[k] <= 1))
+			return tq_fail(TQ_ERR_FORMAT, "section CBOK: centroid "
+			    "%u is not in [-1, 1]", k);
+	for (k = 0; k + 1 < n; k++)
+		if (!(q->centroids[k] < q->bounds[k] &&
+		    q->bounds[k] < q->centroids[k + 1]))
+			return tq_fail(TQ_ERR_FORMAT, "section CBOK: levels "
+			    "not ascending or boundary %u not between them", k);
+	/* The encoder relies on the symmetry the fitter constructs. */
+	for (k = 0; k < n; k++)
+		if (q->centroids[k] != -q->centroids[n - 1 - k] ||
+		    (k + 1 < n && q->bounds[k] != -q->bounds[n - 2 - k]))
+			return tq_fail(TQ_ERR_FORMAT, "section CBOK: codebook "
+			    "is not symmetric");
+	return TQ_OK;
+}
+
+enum tq_status
+tq_quantizer_from_file(const struct tq_file *f, int copy,
+    struct tq_quantizer **out)
+{
+	struct tq_quantizer *q;
+	const uint8_t *qp, *rp, *cp, *ep;
+	uint64_t qlen, rlen, clen, elen;
+	size_t i, dim;
+	enum tq_status st;
+
+	*out = NULL;
+	TQ_TRY(need_section(f, TQ_TAG_QPAR, "QPAR", &qp, &qlen));
+	TQ_TRY(need_section(f, TQ_TAG_ROTM, "ROTM", &rp, &rlen));
+	TQ_TRY(need_section(f, TQ_TAG_CBOK, "CBOK", &cp, &clen));
+	TQ_TRY(need_section(f, TQ_TAG_CENT, "CENT", &ep, &elen));
+	if ((q = calloc(1, sizeof(*q))) == NULL)
+		return tq_fail(TQ_ERR_NOMEM, "out of memory");
+	q->borrowed = 1;	/* nothing to free yet */
+	if ((st = parse_qpar(qp, qlen, q)) != TQ_OK ||
+	    (st = parse_cbok(cp, clen, q)) != TQ_OK)
+		goto fail;
+	dim = q->dim;
+	if (rlen > SIZE_MAX) {
+		st = tq_fail(TQ_ERR_FORMAT, "section ROTM: too long");
+		goto fail;
+	}
+	if ((st = tq_rotation_check(q->dim, q->rotation, rp, (size_t)rlen)) !=
+	    TQ_OK)
+		goto fail;
+	if (elen != 2 * (uint64_t)dim * 4) {
+		st = tq_fail(TQ_ERR_FORMAT, "section CENT: length %llu, "
+		    "expected %llu", (unsigned long long)elen,
+		    (unsigned long long)(2 * (uint64_t)dim * 4));
+		goto fail;
+	}
+	for (i = 0; i < 2 * dim; i++)
+		if (!isfinite(rd_lef32(ep + 4 * i))) {
+			st = tq_fail(TQ_ERR_FORMAT, "section CENT: value %zu "
+			    "is NaN or infinite", i);
+			goto fail;
+		}
+	q->rot_len = (size_t)rlen;
+	if (!copy && host_is_le() && ((uintptr_t)rp % 4) == 0 &&
+	    ((uintptr_t)ep % 4) == 0) {
+		/* The sections are 64-byte aligned in a page-aligned map. */
+		q->rot = (float *)(uintptr_t)rp;
+		q->centre = (float *)(uintptr_t)ep;
+		q->rcentre = q->centre + dim;
+		*out = q;
+		return TQ_OK;
+	}
+	q->borrowed = 0;
+	if ((q->mem = tq_mallocarray(q->rot_len / 4 + 2 * dim,
+	    sizeof(float))) == NULL) {
+		st = tq_fail(TQ_ERR_NOMEM, "out of memory");
+		goto fail;
+	}
+	q->rot = q->mem;
+	q->centre = q->rot + q->rot_len / 4;
+	q->rcentre = q->centre + dim;
+	for (i = 0; i < q->rot_len / 4; i++)
+		q->rot[i] = rd_lef32(rp + 4 * i);
+	for (i = 0; i < 2 * dim; i++)
+		q->centre[i] = rd_lef32(ep + 4 * i);
+	*out = q;
+	return TQ_OK;
+fail:
+	tq_quantizer_free(q);
+	return st;
+}
+
+enum tq_status
+tq_quantizer_load(const char *path, struct tq_quantizer **out)
+{
+	struct tq_file f;
+	enum tq_status st;
+
+	*out = NULL;
+	TQ_TRY(tq_file_map(path, &f));
+	if (f.kind != TQ_FILE_QUANTIZER && f.kind != TQ_FILE_INDEX)
+		st = tq_fail(TQ_ERR_FORMAT, "%s: not a quantizer or index "
+		    "file", path);
+	else
+		st = tq_quantizer_from_file(&f, 1, out);
+	tq_file_unmap(&f);
+	return st;
+}

@@ -1,0 +1,918 @@
+/*
+ * rotation.c - the seeded random orthogonal rotation R (y = R x).
+ *
+ * Random numbers come from a portable generator so that a seed means the
+ * same stream everywhere: xoshiro256** seeded by four outputs of
+ * splitmix64(seed), uniform doubles from the top 53 bits, and Gaussians by
+ * the Marsaglia polar method (pairs; only sqrt and log are used).
+ *
+ * Dense (TQ_ROT_DENSE), d x d.  A d x d double matrix G is filled with
+ * N(0,1) in column-major order (row index fastest: G[i + j*d] is the
+ * (i + j*d)-th Gaussian).  G = Q R' (Householder QR); column i of Q
+ * is multiplied by sign(R'_ii) so that Q is Haar distributed.  (The QR
+ * is our own blocked Householder code, see qr_orthogonal().)  The
+ * rotation is R = Q^T, stored row-major as f32: payload[i*d + j] = Q[j][i],
+ * which is exactly Q's column-major buffer rounded to float.
+ *
+ * Structured (TQ_ROT_STRUCTURED), for dimensions where a dense matrix is
+ * too large (d = 65536 would be 16 GiB).  R is a product of three rounds;
+ * round r maps x to M_r P_r x, where P_r is a permutation (a gather:
+ * (P x)[i] = x[perm[i]]) and M_r is block diagonal with nb dense
+ * Haar-random orthogonal blocks.  nb = ceil(d / 256), lowered while
+ * nb * nb > d; block b has s_b = floor(d / nb) + (b < d % nb) rows, so
+ * blocks are 256 wide or a little more and never narrower than nb.
+ * Round 0 and round 2 use uniformly random permutations.  Round 1 uses
+ * the "transpose" permutation: positions are listed by offset within a
+ * round-0 block first, block second (k = 0, 1, ...; b = 0 .. nb-1,
+ * skipping k >= s_b), so every round-1 block takes at least one coordinate
+ * of every round-0 block (this needs s_b >= nb, hence the choice of nb).
+ * Every output therefore depends on every input.  Sign flips are not
+ * needed: Haar blocks are invariant under them.
+ *
+ * Structured payload, all f32 (integers stored as exact float values):
+ *     [0] 3 (rounds)   [1] nb
+ *     then for each round r = 0, 1, 2:
+ *         perm:   d values, a permutation of 0 .. d-1
+ *         blocks: for b = 0 .. nb-1, s_b x s_b row-major (v_b -> M_b v_b)
+ * so the length is 4 * (2 + 3 * (d + sum s_b^2)) bytes.
+ * Random numbers are drawn in this order: round 0 perm (Fisher-Yates,
+ * i = d-1 down to 1, j uniform in 0..i by rejection), round 0 blocks in
+ * order (each as the dense construction above at size s_b), round 1
+ * blocks, round 2 perm, round 2 blocks.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include <cblas.h>
+
+#include "internal.h"
+
+#define ROT_BLOCK 256u
+#define ROT_ROUNDS 3u
+/* Rows per step when a block is applied in place through a stack buffer. */
+#define ROT_CHUNK 16u
+#define ROT_MAX_S 260u
+
+/* ------------------------------------------------------------------------ */
+/* Random numbers                                                            */
+
+struct rng {
+	uint64_t s[4];
+	double spare;
+	int has_spare;
+};
+
+static uint64_t
+splitmix64(uint64_t *x)
+{
+	uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static uint64_t
+rotl(uint64_t x, int k)
+{
+	return (x << k) | (x >> (64 - k));
+}
+
+static uint64_t
+rng_next(struct rng *g)
+{
+	uint64_t *s = g->s;
+	uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+
+	s[2] ^= s[0];
+	s[3] ^= s[1];
+	s[1] ^= s[2];
+	s[0] ^= s[3];
+	s[2] ^= t;
+	s[3] = rotl(s[3], 45);
+	return r;
+}
+
+static void
+rng_seed(struct rng *g, uint64_t seed)
+{
+	uint64_t x = seed;
+	int i;
+
+	for (i = 0; i < 4; i++)
+		g->s[i] = splitmix64(&x);
+	g->has_spare = 0;
+	g->spare = 0;
+}
+
+/* Uniform in [-1, 1). */
+static double
+rng_sym(struct rng *g)
+{
+	return (double)(rng_next(g) >> 11) * 0x1.0p-52 - 1.0;
+}
+
+static double
+rng_gauss(struct rng *g)
+{
+	double u, v, s, m;
+
+	if (g->has_spare) {
+		g->has_spare = 0;
+		return g->spare;
+	}
+	do {
+		u = rng_sym(g);
+		v = rng_sym(g);
+		s = u * u + v * v;
+	} while (s >= 1.0 || s == 0.0);
+	m = sqrt(-2.0 * log(s) / s);
+	g->spare = v * m;
+	g->has_spare = 1;
+	return u * m;
+}
+
+/* Uniform integer in 0 .. n-1 (n >= 1), without modulo bias. */
+static uint64_t
+rng_below(struct rng *g, uint64_t n)
+{
+	uint64_t lim = UINT64_MAX - UINT64_MAX % n, r;
+
+	do
+		r = rng_next(g);
+	while (r >= lim);
+	return r % n;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Haar-random orthogonal matrices                                           */
+
+/*
+ * Householder QR of the n x n column-major A, then Q formed in place, in
+ * panels of QR_PANEL columns (compact WY, as LAPACK dgeqrf/dorgqr).  Our
+ * own code rather than LAPACK because dgeqrf's result was measured to
+ * change with OPENBLAS_NUM_THREADS (d = 784: 1 and 2 threads gave other
+ * bytes).  Only dgemm is delegated to BLAS; it computes every element of
+ * its product in the same order however the work is split over threads.
+ */
+#define QR_PANEL 64
+
+struct qr_work {
+	double *v;	/* n * QR_PANEL: explicit V of a panel */
+	double *w;	/* QR_PANEL * n */
+	double *t;	/* QR_PANEL * QR_PANEL, upper triangular T */
+	double *tau;	/* n */
+	double *sgn;	/* n: sign of R's diagonal */
+};
+
+/* Householder reflector for A[k:, k] (length m); LAPACK dlarfg convention. */
+static void
+reflector(double *x, size_t m, double *tau, double *beta)
+{
+	double alpha = x[0], sigma = 0, norm, scale;
+	size_t i;
+
+	for (i = 1; i < m; i++)
+		sigma += x[i] * x[i];
+	if (sigma == 0) {
+		*tau = 0;
+		*beta = alpha;
+		return;
+	}
+	norm = sqrt(alpha * alpha + sigma);
+	*beta = alpha <= 0 ? norm : -norm;
+	*tau = (*beta - alpha) / *beta;
+	scale = 1.0 / (alpha - *beta);
+	for (i = 1; i < m; i++)
+		x[i] *= scale;
+	x[0] = *beta;
+}
+
+/* Copies the explicit V of panel k0..k0+pw-1 (rows k0..n-1) and forms T. */
+static void
+panel_vt(const double *a, size_t n, size_t k0, size_t pw, struct qr_work *q)
+{
+	size_t m = n - k0, i, j, r;
+
+	for (j = 0; j < pw; j++) {
+		double *v = q->v + j * m;
+		const double *col = a + (k0 + j) * n + k0;
+
+		for (r = 0; r < m; r++)
+			v[r] = r < j ? 0 : r == j ? 1 : col[r];
+	}
+	/* dlarft (forward, columnwise): T[0:i, i] = -tau_i T[0:i,0:i] V^T v_i */
+	for (i = 0; i < pw; i++) {
+		double *ti = q->t + i * QR_PANEL, tau = q->tau[k0 + i];
+		const double *vi = q->v + i * m;
+
+		for (j = 0; j < i; j++) {
+			const double *vj = q->v + j * m;
+			double s = 0;
+
+			for (r = i; r < m; r++)
+				s += vj[r] * vi[r];
+			ti[j] = -tau * s;
+		}
+		for (j = 0; j < i; j++) {	/* ti[0:i] = T[0:i,0:i] ti[0:i] */
+			double s = 0;
+
+			for (r = j; r < i; r++)
+				s += q->t[r * QR_PANEL + j] * ti[r];
+			ti[j] = s;
+		}
+		ti[i] = tau;
+	}
+}
+
+/*
+ * C (m x nc, leading dimension n) <- (I - V T V^T) C, or with T^T when
+ * trans (that is, H^T = H_pw...H_1 for the factorization).
+ */
+static void
+block_reflect(double *c, size_t n, size_t m, size_t nc, size_t pw,
+    int trans, struct qr_work *q)
+{
+	size_t col, i, k;
+
+	if (nc == 0)
+		return;
+	cblas_dgemm(CblasColMajor, CblasTrans, CblasNoTrans, (int)pw,
+	    (int)nc, (int)m, 1.0, q->v, (int)m, c, (int)n, 0.0, q->w,
+	    (int)pw);
+	for (col = 0; col < nc; col++) {
+		double *w = q->w + col * pw;
+
+		if (trans) {
+			for (i = pw; i-- > 0;) {
+				double s = 0;
+
+				for (k = 0; k <= i; k++)
+					s += q->t[i * QR_PANEL + k] * w[k];
+				w[i] = s;
+			}
+		} else {
+			for (i = 0; i < pw; i++) {
+				double s = 0;
+
+				for (k = i; k < pw; k++)
+					s += q->t[k * QR_PANEL + i] * w[k];
+				w[i] = s;
+			}
+		}
+	}
+	cblas_dgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, (int)m,
+	    (int)nc, (int)pw, -1.0, q->v, (int)m, q->w, (int)pw, 1.0, c,
+	    (int)n);
+}
+
+/* A (n x n, column-major) <- Q of its QR factorization, sign-corrected. */
+static void
+qr_orthogonal(double *a, size_t n, struct qr_work *q)
+{
+	size_t k0, k, j, i, np = (n + QR_PANEL - 1) / QR_PANEL, p;
+
+	for (k0 = 0; k0 < n; k0 += QR_PANEL) {
+		size_t pw = n - k0 < QR_PANEL ? n - k0 : QR_PANEL;
+
+		for (k = k0; k < k0 + pw; k++) {
+			double *x = a + k * n + k, beta, tau;
+
+			reflector(x, n - k, &q->tau[k], &beta);
+			q->sgn[k] = beta < 0 ? -1.0 : 1.0;
+			tau = q->tau[k];
+			if (tau == 0)
+				continue;
+			for (j = k + 1; j < k0 + pw; j++) {
+				double *y = a + j * n + k, s = y[0];
+
+				for (i = 1; i < n - k; i++)
+					s += x[i] * y[i];
+				s *= tau;
+				y[0] -= s;
+				for (i = 1; i < n - k; i++)
+					y[i] -= s * x[i];
+			}
+		}
+		if (k0 + pw < n) {
+			panel_vt(a, n, k0, pw, q);
+			block_reflect(a + (k0 + pw) * n + k0, n, n - k0,
+			    n - k0 - pw, pw, 1, q);
+		}
+	}
+	/* Q = H_1 ... H_n I, accumulated from the last panel backwards. */
+	for (p = np; p-- > 0;) {
+		size_t pw;
+
+		k0 = p * QR_PANEL;
+		pw = n - k0 < QR_PANEL ? n - k0 : QR_PANEL;
+		panel_vt(a, n, k0, pw, q);
+		for (j = k0; j < n; j++) {
+			double *col = a + j * n;
+
+			if (j < k0 + pw) {
+				for (i = 0; i < n; i++)
+					col[i] = i == j;
+			} else {
+				for (i = k0; i < k0 + pw; i++)
+					col[i] = 0;
+			}
+		}
+		block_reflect(a + k0 * n + k0, n, n - k0, n - k0, pw, 0, q);
+	}
+	for (j = 0; j < n; j++)
+		if (q->sgn[j] < 0)
+			for (i = 0; i < n; i++)
+				a[j * n + i] = -a[j * n + i];
+}
+
+/*
+ * Writes a Haar-random n x n orthogonal matrix, row-major f32, to out
+ * (R = Q^T as described at the top).  work holds n*n doubles.
+ */
+static void
+haar(struct rng *g, uint32_t n, double *work, struct qr_work *q, float *out)
+{
+	size_t nn = (size_t)n * n, i;
+
+	for (i = 0; i < nn; i++)
+		work[i] = rng_gauss(g);
+	qr_orthogonal(work, n, q);
+	/* Column j of Q (contiguous) is row j of R. */
+	for (i = 0; i < nn; i++)
+		out[i] = (float)work[i];
+}
+
+static void
+qr_work_free(struct qr_work *q)
+{
+	free(q->v);
+	free(q->w);
+	free(q->t);
+	free(q->tau);
+	free(q->sgn);
+}
+
+static enum tq_status
+qr_work_alloc(struct qr_work *q, size_t n)
+{
+	q->v = tq_mallocarray(n, QR_PANEL * sizeof(double));
+	q->w = tq_mallocarray(n, QR_PANEL * sizeof(double));
+	q->t = tq_mallocarray(QR_PANEL * QR_PANEL, sizeof(double));
+	q->tau = tq_mallocarray(n, sizeof(double));
+	q->sgn = tq_mallocarray(n, sizeof(double));
+	if (!q->v || !q->w || !q->t || !q->tau || !q->sgn) {
+		qr_work_free(q);
+		return tq_fail(TQ_ERR_NOMEM, "rotation: out of memory");
+	}
+	return TQ_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Structured layout                                                         */
+
+static uint32_t
+struct_nblocks(uint32_t d)
+{
+	uint32_t nb = (d + ROT_BLOCK - 1) / ROT_BLOCK;
+
+	while (nb > 1 && (uint64_t)nb * nb > d)
+		nb--;
+	return nb;
+}
+
+static uint32_t
+struct_size(uint32_t d, uint32_t nb, uint32_t b)
+{
+	return d / nb + (b < d % nb);
+}
+
+/* Floats of the structured payload. */
+static size_t
+struct_floats(uint32_t d, uint32_t nb)
+{
+	size_t sq = 0;
+	uint32_t b;
+
+	for (b = 0; b < nb; b++) {
+		size_t s = struct_size(d, nb, b);
+
+		sq += s * s;
+	}
+	return 2 + ROT_ROUNDS * ((size_t)d + sq);
+}
+
+static void
+transpose_perm(uint32_t d, uint32_t nb, float *perm)
+{
+	uint32_t smax = struct_size(d, nb, 0), k, b, p = 0;
+
+	for (k = 0; k < smax; k++)
+		for (b = 0; b < nb; b++)
+			if (k < struct_size(d, nb, b))
+				perm[p++] = (float)((uint64_t)b * (d / nb) +
+				    (b < d % nb ? b : d % nb) + k);
+}
+
+static enum tq_status
+make_structured(uint32_t d, struct rng *g, float *p)
+{
+	uint32_t nb = struct_nblocks(d), smax = struct_size(d, nb, 0);
+	uint32_t r, b, i;
+	double *work;
+	struct qr_work qw;
+
+	if ((work = tq_mallocarray((size_t)smax * smax, sizeof(double))) ==
+	    NULL)
+		return tq_fail(TQ_ERR_NOMEM, "rotation: out of memory");
+	if (qr_work_alloc(&qw, smax) != TQ_OK) {
+		free(work);
+		return TQ_ERR_NOMEM;
+	}
+	*p++ = (float)ROT_ROUNDS;
+	*p++ = (float)nb;
+	for (r = 0; r < ROT_ROUNDS; r++) {
+		if (r == 1) {
+			transpose_perm(d, nb, p);
+		} else {
+			for (i = 0; i < d; i++)
+				p[i] = (float)i;
+			for (i = d - 1; i > 0; i--) {
+				uint32_t j = (uint32_t)rng_below(g, (uint64_t)i + 1);
+				float t = p[i];
+
+				p[i] = p[j];
+				p[j] = t;
+			}
+		}
+		p += d;
+		for (b = 0; b < nb; b++) {
+			uint32_t s = struct_size(d, nb, b);
+
+			haar(g, s, work, &qw, p);
+			p += (size_t)s * s;
+		}
+	}
+	free(work);
+	qr_work_free(&qw);
+	return TQ_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Making and checking payloads                                              */
+
+static enum tq_rotation
+resolve(uint32_t dim, enum tq_rotation kind)
+{
+	if (kind == TQ_ROT_AUTO)
+		return dim <= TQ_DENSE_MAX_DIM ? TQ_ROT_DENSE :
+		    TQ_ROT_STRUCTURED;
+	return kind;
+}
+
+enum tq_status
+tq_rotation_make(uint32_t dim, enum tq_rotation kind, uint64_t seed,
+    float **payload, size_t *len)
+{
+	struct rng g;
+	size_t nf;
+	float *p;
+	enum tq_status st;
+
+	*payload = NULL;
+	*len = 0;
+	if (dim < 1 || dim > TQ_MAX_DIM)
+		return tq_fail(TQ_ERR_ARG, "dimension %u out of range 1..%u",
+		    (unsigned)dim, (unsigned)TQ_MAX_DIM);
+	kind = resolve(dim, kind);
+	if (kind != TQ_ROT_DENSE && kind != TQ_ROT_STRUCTURED)
+		return tq_fail(TQ_ERR_ARG, "unknown rotation kind %d",
+		    (int)kind);
+	if (kind == TQ_ROT_DENSE && dim > TQ_DENSE_MAX_DIM)
+		return tq_fail(TQ_ERR_ARG, "a dense rotation is limited to "
+		    "dimension %u", (unsigned)TQ_DENSE_MAX_DIM);
+	rng_seed(&g, seed);
+	if (kind == TQ_ROT_DENSE) {
+		double *work;
+		struct qr_work qw;
+
+		nf = (size_t)dim * dim;
+		p = tq_mallocarray(nf, sizeof(float));
+		work = tq_mallocarray(nf, sizeof(double));
+		if (p == NULL || work == NULL) {
+			free(p);
+			free(work);
+			return tq_fail(TQ_ERR_NOMEM, "rotation: out of memory");
+		}
+		if ((st = qr_work_alloc(&qw, dim)) == TQ_OK) {
+			haar(&g, dim, work, &qw, p);
+			qr_work_free(&qw);
+		}
+		free(work);
+	} else {
+		nf = struct_floats(dim, struct_nblocks(dim));
+		if ((p = tq_mallocarray(nf, sizeof(float))) == NULL)
+			return tq_fail(TQ_ERR_NOMEM, "rotation: out of memory");
+		st = make_structured(dim, &g, p);
+	}
+	if (st != TQ_OK) {
+		free(p);
+		return st;
+	}
+	*payload = p;
+	*len = nf * sizeof(float);
+	return TQ_OK;
+}
+
+/* Entries of an orthogonal matrix lie in [-1, 1]; allow f32 rounding. */
+static int
+bad_entry(float v)
+{
+	return !(v >= -1.001f && v <= 1.001f);
+}
+
+enum tq_status
+tq_rotation_check(uint32_t dim, enum tq_rotation kind, const void *payload,
+    size_t len)
+{
+	const uint8_t *p = payload;
+	size_t nf, i, at;
+	uint32_t nb, r, b;
+	uint8_t *seen;
+
+	if (dim < 1 || dim > TQ_MAX_DIM)
+		return tq_fail(TQ_ERR_FORMAT, "section ROTM: dimension %u out "
+		    "of range", (unsigned)dim);
+	if (kind == TQ_ROT_DENSE) {
+		if (dim > TQ_DENSE_MAX_DIM)
+			return tq_fail(TQ_ERR_FORMAT, "section ROTM: dense "
+			    "rotation at dimension %u", (unsigned)dim);
+		nf = (size_t)dim * dim;
+		if (len != nf * 4)
+			return tq_fail(TQ_ERR_FORMAT, "section ROTM: length %zu, "
+			    "expected %zu", len, nf * 4);
+		for (i = 0; i < nf; i++)
+			if (bad_entry(rd_lef32(p + 4 * i)))
+				return tq_fail(TQ_ERR_FORMAT, "section ROTM: "
+				    "entry %zu is not in [-1, 1]", i);
+		return TQ_OK;
+	}
+	if (kind != TQ_ROT_STRUCTURED)
+		return tq_fail(TQ_ERR_FORMAT, "unknown rotation kind %d",
+		    (int)kind);
+	nb = struct_nblocks(dim);
+	nf = struct_floats(dim, nb);
+	if (len != nf * 4)
+		return tq_fail(TQ_ERR_FORMAT, "section ROTM: length %zu, "
+		    "expected %zu", len, nf * 4);
+	if (rd_lef32(p) != (float)ROT_ROUNDS || rd_lef32(p + 4) != (float)nb)
+		return tq_fail(TQ_ERR_FORMAT, "section ROTM: bad structured "
+		    "header");
+	if ((seen = malloc(dim)) == NULL)
+		return tq_fail(TQ_ERR_NOMEM, "out of memory");
+	at = 2;
+	for (r = 0; r < ROT_ROUNDS; r++) {
+		memset(seen, 0, dim);
+		for (i = 0; i < dim; i++, at++) {
+			float v = rd_lef32(p + 4 * at);
+
+			/* Integral, in range and not seen before. */
+			if (!(v >= 0 && v < (float)dim) || v != floorf(v) ||
+			    seen[(uint32_t)v]++) {
+				free(seen);
+				return tq_fail(TQ_ERR_FORMAT, "section ROTM: "
+				    "round %u is not a permutation", r);
+			}
+		}
+		for (b = 0; b < nb; b++) {
+			size_t s = struct_size(dim, nb, b), e;
+
+			for (e = 0; e < s * s; e++, at++)
+				if (bad_entry(rd_lef32(p + 4 * at))) {
+					free(seen);
+					return tq_fail(TQ_ERR_FORMAT, "section "
+					    "ROTM: entry %zu is not in [-1, 1]",
+					    at);
+				}
+		}
+	}
+	free(seen);
+	return TQ_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Applying                                                                  */
+
+/*
+ * Products with R are computed here rather than by sgemm: OpenBLAS was
+ * measured to round differently with another thread count and for other
+ * matrix shapes (OPENBLAS_NUM_THREADS=1 and =2 gave other codes for the
+ * same rows), and the index must not depend on either.  Each output is a
+ * dot product in one fixed order: four lane sums over k = l (mod 4),
+ * k < d - d % 4, added as (s0 + s1) + (s2 + s3), then the tail in order.
+ * The SSE code and the portable code perform exactly these operations
+ * (ISO C mode keeps the compiler from contracting them into FMAs), so the
+ * bytes are the same on every x86-64 and every thread count.
+ */
+#if defined(__SSE2__)
+#include <emmintrin.h>
+
+static float
+hsum4(__m128 v)
+{
+	float l[4];
+
+	_mm_storeu_ps(l, v);
+	return (l[0] + l[1]) + (l[2] + l[3]);
+}
+#endif
+
+static float
+dot_tail(float s, const float *a, const float *b, uint32_t k0, uint32_t k)
+{
+	for (; k0 < k; k0++)
+		s += a[k0] * b[k0];
+	return s;
+}
+
+/*
+ * y[i*ldy + o] = <x[i*ldx ..], a[o*k ..]> for i < n, o < m: each of n
+ * input rows (length k) times each of the m rows of a (row-major m x k).
+ */
+static void
+rows_times_at_tile(const float *x, size_t ldx, size_t n, const float *a,
+    uint32_t m, uint32_t k, float *y, size_t ldy)
+{
+	uint32_t k4 = k - k % 4, o, kk;
+	size_t i = 0;
+
+#if defined(__SSE2__)
+	for (; i + 4 <= n; i += 4) {
+		const float *x0 = x + i * ldx, *x1 = x0 + ldx, *x2 = x1 + ldx;
+		const float *x3 = x2 + ldx;
+
+		for (o = 0; o + 2 <= m; o += 2) {
+			const float *a0 = a + (size_t)o * k, *a1 = a0 + k;
+			__m128 s00 = _mm_setzero_ps(), s01 = s00, s10 = s00;
+			__m128 s11 = s00, s20 = s00, s21 = s00, s30 = s00;
+			__m128 s31 = s00;
+
+			for (kk = 0; kk < k4; kk += 4) {
+				__m128 r0 = _mm_loadu_ps(a0 + kk);
+				__m128 r1 = _mm_loadu_ps(a1 + kk);
+				__m128 v = _mm_loadu_ps(x0 + kk);
+
+				s00 = _mm_add_ps(s00, _mm_mul_ps(v, r0));
+				s01 = _mm_add_ps(s01, _mm_mul_ps(v, r1));
+				v = _mm_loadu_ps(x1 + kk);
+				s10 = _mm_add_ps(s10, _mm_mul_ps(v, r0));
+				s11 = _mm_add_ps(s11, _mm_mul_ps(v, r1));
+				v = _mm_loadu_ps(x2 + kk);
+				s20 = _mm_add_ps(s20, _mm_mul_ps(v, r0));
+				s21 = _mm_add_ps(s21, _mm_mul_ps(v, r1));
+				v = _mm_loadu_ps(x3 + kk);
+				s30 = _mm_add_ps(s30, _mm_mul_ps(v, r0));
+				s31 = _mm_add_ps(s31, _mm_mul_ps(v, r1));
+			}
+			y[i * ldy + o] = dot_tail(hsum4(s00), x0, a0, k4, k);
+			y[i * ldy + o + 1] = dot_tail(hsum4(s01), x0, a1, k4, k);
+			y[(i + 1) * ldy + o] = dot_tail(hsum4(s10), x1, a0, k4, k);
+			y[(i + 1) * ldy + o + 1] = dot_tail(hsum4(s11), x1, a1,
+			    k4, k);
+			y[(i + 2) * ldy + o] = dot_tail(hsum4(s20), x2, a0, k4, k);
+			y[(i + 2) * ldy + o + 1] = dot_tail(hsum4(s21), x2, a1,
+			    k4, k);
+			y[(i + 3) * ldy + o] = dot_tail(hsum4(s30), x3, a0, k4, k);
+			y[(i + 3) * ldy + o + 1] = dot_tail(hsum4(s31), x3, a1,
+			    k4, k);
+		}
+		for (; o < m; o++) {
+			const float *a0 = a + (size_t)o * k;
+			__m128 s0 = _mm_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+
+			for (kk = 0; kk < k4; kk += 4) {
+				__m128 r0 = _mm_loadu_ps(a0 + kk);
+
+				s0 = _mm_add_ps(s0, _mm_mul_ps(_mm_loadu_ps(x0 +
+				    kk), r0));
+				s1 = _mm_add_ps(s1, _mm_mul_ps(_mm_loadu_ps(x1 +
+				    kk), r0));
+				s2 = _mm_add_ps(s2, _mm_mul_ps(_mm_loadu_ps(x2 +
+				    kk), r0));
+				s3 = _mm_add_ps(s3, _mm_mul_ps(_mm_loadu_ps(x3 +
+				    kk), r0));
+			}
+			y[i * ldy + o] = dot_tail(hsum4(s0), x0, a0, k4, k);
+			y[(i + 1) * ldy + o] = dot_tail(hsum4(s1), x1, a0, k4, k);
+			y[(i + 2) * ldy + o] = dot_tail(hsum4(s2), x2, a0, k4, k);
+			y[(i + 3) * ldy + o] = dot_tail(hsum4(s3), x3, a0, k4, k);
+		}
+	}
+#endif
+	for (; i < n; i++) {
+		const float *x0 = x + i * ldx;
+
+		for (o = 0; o < m; o++) {
+			const float *a0 = a + (size_t)o * k;
+			float l[4] = { 0, 0, 0, 0 };
+
+			for (kk = 0; kk < k4; kk += 4) {
+				l[0] += x0[kk] * a0[kk];
+				l[1] += x0[kk + 1] * a0[kk + 1];
+				l[2] += x0[kk + 2] * a0[kk + 2];
+				l[3] += x0[kk + 3] * a0[kk + 3];
+			}
+			y[i * ldy + o] = dot_tail((l[0] + l[1]) + (l[2] + l[3]),
+			    x0, a0, k4, k);
+		}
+	}
+}
+
+/* Blocks the outputs so a block of rows of a stays in cache. */
+static void
+rows_times_at(const float *x, size_t ldx, size_t n, const float *a,
+    uint32_t m, uint32_t k, float *y, size_t ldy)
+{
+	uint32_t ob = (32768 / k + 1) & ~1u, o;
+
+	if (ob < 2)
+		ob = 2;
+	for (o = 0; o < m; o += ob)
+		rows_times_at_tile(x, ldx, n, a + (size_t)o * k,
+		    m - o < ob ? m - o : ob, k, y + o, ldy);
+}
+
+/*
+ * x[i*ldx + j] = sum over o of y[i*ldy + o] a[o*k + j], accumulated in
+ * the order o = 0, 1, ... (so any vectorisation over j is exact): each of
+ * n rows (length m) times the row-major m x k matrix a.
+ */
+static void
+rows_times_a(const float *y, size_t ldy, size_t n, const float *a,
+    uint32_t m, uint32_t k, float *x, size_t ldx)
+{
+	size_t i;
+	uint32_t o, j;
+
+	for (i = 0; i < n; i++) {
+		float *xi = x + i * ldx;
+		const float *yi = y + i * ldy;
+
+		for (j = 0; j < k; j++)
+			xi[j] = 0;
+		for (o = 0; o < m; o++) {
+			const float *ao = a + (size_t)o * k;
+			float c = yi[o];
+
+			for (j = 0; j < k; j++)
+				xi[j] += c * ao[j];
+		}
+	}
+}
+
+
+/* visited bitmap for in-place permutation of up to TQ_MAX_DIM entries */
+#define BITMAP_WORDS (TQ_MAX_DIM / 64)
+
+/* In place, v[i] = v[perm[i]] (gather). */
+static void
+permute_gather(float *v, const float *perm, uint32_t d, uint64_t *mark)
+{
+	uint32_t i, j, k;
+
+	memset(mark, 0, ((d + 63) / 64) * sizeof(uint64_t));
+	for (i = 0; i < d; i++) {
+		float t;
+
+		if (mark[i / 64] >> (i % 64) & 1)
+			continue;
+		t = v[i];
+		j = i;
+		for (;;) {
+			mark[j / 64] |= 1ull << (j % 64);
+			k = (uint32_t)perm[j];
+			if (k == i) {
+				v[j] = t;
+				break;
+			}
+			v[j] = v[k];
+			j = k;
+		}
+	}
+}
+
+/* In place, w[perm[i]] = v[i] (scatter, the inverse of the gather). */
+static void
+permute_scatter(float *v, const float *perm, uint32_t d, uint64_t *mark)
+{
+	uint32_t i, j, k;
+
+	memset(mark, 0, ((d + 63) / 64) * sizeof(uint64_t));
+	for (i = 0; i < d; i++) {
+		float carry;
+
+		if (mark[i / 64] >> (i % 64) & 1)
+			continue;
+		carry = v[i];
+		j = i;
+		do {
+			float t;
+
+			mark[j / 64] |= 1ull << (j % 64);
+			k = (uint32_t)perm[j];
+			t = v[k];
+			v[k] = carry;
+			carry = t;
+			j = k;
+		} while (j != i);
+	}
+}
+
+/*
+ * In place on the n x d row-major y: columns off .. off+s of every row
+ * are replaced by M v (trans = 0) or M^T v (trans = 1), through a stack
+ * buffer of ROT_CHUNK rows.
+ */
+static void
+block_apply(float *y, size_t n, uint32_t d, uint32_t off, uint32_t s,
+    const float *m, int trans)
+{
+	float in[ROT_CHUNK * ROT_MAX_S];
+	size_t r0, r;
+
+	for (r0 = 0; r0 < n; r0 += ROT_CHUNK) {
+		size_t rows = n - r0 < ROT_CHUNK ? n - r0 : ROT_CHUNK;
+
+		for (r = 0; r < rows; r++)
+			memcpy(in + r * s, y + (r0 + r) * d + off,
+			    s * sizeof(float));
+		if (trans)
+			rows_times_a(in, s, rows, m, s, s, y + r0 * d + off, d);
+		else
+			rows_times_at(in, s, rows, m, s, s, y + r0 * d + off,
+			    d);
+	}
+}
+
+static void
+structured_apply(const float *rot, uint32_t d, float *y, size_t n, int inv)
+{
+	uint64_t mark[BITMAP_WORDS];
+	uint32_t nb = struct_nblocks(d), b, off;
+	const float *round[ROT_ROUNDS];
+	size_t per = (size_t)(struct_floats(d, nb) - 2) / ROT_ROUNDS, t;
+	int r;
+
+	for (r = 0; r < (int)ROT_ROUNDS; r++)
+		round[r] = rot + 2 + (size_t)r * per;
+	for (r = inv ? (int)ROT_ROUNDS - 1 : 0; r >= 0 && r < (int)ROT_ROUNDS;
+	    r += inv ? -1 : 1) {
+		const float *perm = round[r], *m = round[r] + d;
+
+		if (!inv)
+			for (t = 0; t < n; t++)
+				permute_gather(y + t * d, perm, d, mark);
+		for (b = 0, off = 0; b < nb; b++) {
+			uint32_t s = struct_size(d, nb, b);
+
+			block_apply(y, n, d, off, s, m, inv);
+			m += (size_t)s * s;
+			off += s;
+		}
+		if (inv)
+			for (t = 0; t < n; t++)
+				permute_scatter(y + t * d, perm, d, mark);
+	}
+}
+
+void
+tq_rotate(const struct tq_quantizer *q, const float *x, size_t n, float *y)
+{
+	uint32_t d = q->dim;
+
+	if (n == 0)
+		return;
+	if (q->rotation == TQ_ROT_DENSE) {
+		rows_times_at(x, d, n, q->rot, d, d, y, d);
+		return;
+	}
+	memcpy(y, x, n * d * sizeof(float));
+	structured_apply(q->rot, d, y, n, 0);
+}
+
+void
+tq_rotate_inv(const struct tq_quantizer *q, const float *y, size_t n,
+    float *x)
+{
+	uint32_t d = q->dim;
+
+	if (n == 0)
+		return;
+	if (q->rotation == TQ_ROT_DENSE) {
+		rows_times_a(y, d, n, q->rot, d, d, x, d);
+		return;
+	}
+	memcpy(x, y, n * d * sizeof(float));
+	structured_apply(q->rot, d, x, n, 1);
+}
