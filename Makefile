@@ -82,13 +82,16 @@ $(BUILD)/tests/%: tests/unit/%.c tests/unit/unit.h $(LIBA)
 units: $(UNIT_BIN)
 
 # make check: C unit tests, malformed-file tests and the CLI tests (bats).
-check: all units
+check: all test-build
+
+# Runs the suite against the programs of $(BUILD) without touching bin/.
+test-build: $(PROG_BIN) units
 	@./tests/run-unit $(UNIT_BIN)
 	@TQ_BIN=$(CURDIR)/$(BUILD)/bin bats tests/cli
 
 # The same suite under AddressSanitizer and UndefinedBehaviorSanitizer.
 check-asan:
-	$(MAKE) BUILD=build-asan OPT="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" check
+	$(MAKE) BUILD=build-asan OPT="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" test-build
 
 check-valgrind: all units
 	@TQ_VALGRIND=1 ./tests/run-unit $(UNIT_BIN)
@@ -108,5 +111,5 @@ install: all
 clean:
 	rm -rf build build-asan bin lib/libtq.a
 
-.PHONY: all units check check-asan check-valgrind man-lint install clean
+.PHONY: all units test-build check check-asan check-valgrind man-lint install clean
 .SECONDARY:

@@ -271,7 +271,6 @@ compare_mode(const struct opts *o, const char *res, const char *tru)
 				    sum[c] / (double)nr);
 		printf("}\n");
 	} else {
-		printf("queries %llu\n", (unsigned long long)nr);
 		for (c = 0; c < NCUT; c++)
 			if (cutoffs[c] <= wr && cutoffs[c] <= wt)
 				printf("recall@%u %.4f\n", cutoffs[c],

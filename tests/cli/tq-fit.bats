@@ -1,0 +1,144 @@
+#!/usr/bin/env bats
+# tq-fit: quantizer files, determinism, -d versus -i.
+
+load helpers
+
+setup() {
+	cd_tmp
+}
+
+# A field of tq-inspect --json.
+jfield() {
+	"$TQ_BIN/tq-inspect" --json "$1" |
+	    "$PY" -c 'import json,sys; v = json.load(sys.stdin)[sys.argv[1]]; print(json.dumps(v))' "$2"
+}
+
+@test "tq-fit -d: same arguments give byte-identical files" {
+	run "$TQ_BIN/tq-fit" -d 32 -o a.tq
+	assert_status 0
+	assert_equal "$output" ""
+	"$TQ_BIN/tq-fit" -d 32 -o b.tq
+	cmp a.tq b.tq
+	assert_only_files . a.tq b.tq
+}
+
+@test "tq-fit: a different seed gives a different file" {
+	"$TQ_BIN/tq-fit" -d 32 -o a.tq
+	"$TQ_BIN/tq-fit" -d 32 -s 7 -o b.tq
+	! cmp -s a.tq b.tq || false
+	"$TQ_BIN/tq-fit" -d 32 -s 42 -o c.tq	# 42 is the default
+	cmp a.tq c.tq
+}
+
+@test "tq-fit -i: deterministic, centred on the data, dim from the corpus" {
+	mkfix c.bin 32 300 5
+	"$TQ_BIN/tq-fit" -i c.bin -o a.tq
+	"$TQ_BIN/tq-fit" -i c.bin -o b.tq
+	cmp a.tq b.tq
+	"$TQ_BIN/tq-fit" -d 32 -o d.tq
+	! cmp -s a.tq d.tq || false
+	run "$TQ_BIN/tq-inspect" a.tq
+	assert_status 0
+	[[ "$output" == *"dim 32"* ]] || { show; false; }
+	assert_equal "$(jfield a.tq centred)" true
+	assert_equal "$(jfield d.tq centred)" false
+}
+
+@test "tq-fit -i with -d that matches is the same as -i alone" {
+	mkfix c.bin 32 100 5
+	"$TQ_BIN/tq-fit" -i c.bin -o a.tq
+	"$TQ_BIN/tq-fit" -i c.bin -d 32 -o b.tq
+	cmp a.tq b.tq
+}
+
+@test "tq-fit -i with -d that does not match: exit 1 'dimension mismatch'" {
+	mkfix c.bin 32 100 5
+	run --separate-stderr "$TQ_BIN/tq-fit" -i c.bin -d 16 -o a.tq
+	assert_fail1 tq-fit c.bin "dimension mismatch"
+	assert_only_files . c.bin
+}
+
+@test "tq-fit --no-centre with -i equals -d" {
+	mkfix c.bin 32 100 5
+	"$TQ_BIN/tq-fit" -i c.bin --no-centre -o a.tq
+	"$TQ_BIN/tq-fit" -d 32 -o b.tq
+	cmp a.tq b.tq
+	assert_equal "$(jfield a.tq centred)" false
+}
+
+@test "tq-fit --sample: the mean of the first rows only" {
+	mkfix c.bin 16 200 5
+	tq head c.bin h.bin 50
+	"$TQ_BIN/tq-fit" -i c.bin --sample 50 -o a.tq
+	"$TQ_BIN/tq-fit" -i h.bin -o b.tq
+	cmp a.tq b.tq
+	"$TQ_BIN/tq-fit" -i c.bin --sample 0 -o c.tq	# 0 = all
+	"$TQ_BIN/tq-fit" -i c.bin -o d.tq
+	cmp c.tq d.tq
+	! cmp -s a.tq d.tq || false
+}
+
+@test "tq-fit: bits, metric, rotation and scale search are recorded" {
+	for b in 1 2 3 4; do
+		for m in ip cosine l2; do
+			"$TQ_BIN/tq-fit" -d 24 -b $b -m $m -o q$b$m.tq
+			run "$TQ_BIN/tq-inspect" q$b$m.tq
+			assert_status 0
+			[[ "$output" == *"bits $b"* ]] || { show; false; }
+			[[ "$output" == *"dim 24"* ]] || { show; false; }
+			assert_equal "$(jfield q$b$m.tq metric)" "\"$m\""
+		done
+	done
+	"$TQ_BIN/tq-fit" -d 24 --rotation dense -o d.tq
+	"$TQ_BIN/tq-fit" -d 24 --rotation structured -o s.tq
+	"$TQ_BIN/tq-fit" -d 24 --rotation auto -o a.tq
+	assert_equal "$(jfield d.tq rotation)" '"dense"'
+	assert_equal "$(jfield s.tq rotation)" '"structured"'
+	cmp a.tq d.tq	# auto is dense up to 4096
+	"$TQ_BIN/tq-fit" -d 24 --scale-search -o x.tq
+	! cmp -s x.tq a.tq || false
+	assert_equal "$(jfield x.tq scale_search)" true
+}
+
+@test "tq-fit: odd dimensions 1, 3, 17 and a structured 33" {
+	for d in 1 3 17; do
+		"$TQ_BIN/tq-fit" -d $d -o q$d.tq
+		"$TQ_BIN/tq-inspect" --verify q$d.tq
+	done
+	"$TQ_BIN/tq-fit" -d 33 -b 3 --rotation structured -o s.tq
+	"$TQ_BIN/tq-inspect" --verify s.tq
+}
+
+@test "tq-fit -i -: reads the corpus from stdin" {
+	mkfix c.bin 16 100 5
+	"$TQ_BIN/tq-fit" -i - -o a.tq <c.bin
+	"$TQ_BIN/tq-fit" -i c.bin -o b.tq
+	cmp a.tq b.tq
+}
+
+@test "tq-fit -i with NaN in the corpus: exit 1 naming the file, no output" {
+	mkfix c.bin 16 100 5 --nan 17
+	run --separate-stderr "$TQ_BIN/tq-fit" -i c.bin -o a.tq
+	assert_fail1 tq-fit c.bin
+	assert_only_files . c.bin
+}
+
+@test "tq-fit -i on an empty corpus: exit 1 naming the file" {
+	mkbytes e.bin '\x10\x00\x00\x00\x00\x00\x00\x00'	# dim 16, n 0
+	run --separate-stderr "$TQ_BIN/tq-fit" -i e.bin -o a.tq
+	assert_fail1 tq-fit e.bin
+	: >z.bin
+	run --separate-stderr "$TQ_BIN/tq-fit" -i z.bin -o a.tq
+	assert_fail1 tq-fit z.bin
+	assert_only_files . e.bin z.bin
+}
+
+@test "tq-fit: a failed run leaves an existing output untouched" {
+	"$TQ_BIN/tq-fit" -d 16 -o a.tq
+	cp a.tq saved.tq
+	mkfix c.bin 16 100 5 --nan 3
+	run --separate-stderr "$TQ_BIN/tq-fit" -i c.bin -o a.tq
+	assert_status 1
+	cmp a.tq saved.tq
+	assert_only_files . a.tq saved.tq c.bin
+}

@@ -1,0 +1,162 @@
+#!/usr/bin/env bats
+# tq-inspect: description, --json, --verify, --cpu; damaged files.
+
+load helpers
+
+setup_file() {
+	local F=$BATS_FILE_TMPDIR
+	mkfix "$F/c.bin" 32 300 61 --clusters 4
+	mkfix "$F/q.bin" 32 5 62
+	"$TQ_BIN/tq-fit" -i "$F/c.bin" -o "$F/q.tq"
+	"$TQ_BIN/tq-build" -q "$F/q.tq" -o "$F/idx.tqi" "$F/c.bin"
+}
+
+setup() {
+	cd_tmp
+	F=$BATS_FILE_TMPDIR
+	cp "$F/idx.tqi" idx.tqi
+	cp "$F/q.tq" q.tq
+}
+
+# A field of a JSON object on stdin; "count" may also be called "vectors".
+json() {
+	"$PY" -c '
+import json, sys
+o = json.load(sys.stdin)
+k = sys.argv[1]
+if k == "count" and k not in o:
+    k = "vectors"
+print(json.dumps(o[k]))' "$1"
+}
+
+# Offset of a section's payload.
+section_offset() { tq sections "$1" | awk -v t="$2" '$1 == t { print $2 }'; }
+
+@test "tq-inspect on a quantizer: kind, dim 32, bits 4, metric, seed" {
+	run --separate-stderr "$TQ_BIN/tq-inspect" q.tq
+	assert_status 0
+	assert_equal "$stderr" ""
+	for want in "dim 32" "bits 4" "l2" "42" QPAR ROTM CBOK CENT; do
+		[[ "$output" == *"$want"* ]] || { echo "lacks '$want'" >&2; show; false; }
+	done
+	[[ "$output" == *quantizer* ]] || { show; false; }
+	[[ "$output" != *CODE* ]] || { show; false; }
+}
+
+@test "tq-inspect on an index: dim 32, bits 4, count 300, every section" {
+	run --separate-stderr "$TQ_BIN/tq-inspect" idx.tqi
+	assert_status 0
+	for want in "dim 32" "bits 4" "300" index QPAR ROTM CBOK CENT IPAR CODE FACT IDS ORIG; do
+		[[ "$output" == *"$want"* ]] || { echo "lacks '$want'" >&2; show; false; }
+	done
+}
+
+@test "tq-inspect --json parses and agrees with the file" {
+	run --separate-stderr "$TQ_BIN/tq-inspect" --json idx.tqi
+	assert_status 0
+	"$PY" -c 'import json,sys; json.loads(sys.argv[1])' "$output"
+	assert_equal "$(json dim <<<"$output")" 32
+	assert_equal "$(json bits <<<"$output")" 4
+	assert_equal "$(json metric <<<"$output")" '"l2"'
+	assert_equal "$(json count <<<"$output")" 300
+	assert_equal "$(json seed <<<"$output")" 42
+	run --separate-stderr "$TQ_BIN/tq-inspect" --json q.tq
+	assert_status 0
+	"$PY" -c 'import json,sys; json.loads(sys.argv[1])' "$output"
+	assert_equal "$(json dim <<<"$output")" 32
+}
+
+@test "tq-inspect --verify: 'checksums ok' on good files" {
+	for f in q.tq idx.tqi; do
+		run --separate-stderr "$TQ_BIN/tq-inspect" --verify $f
+		assert_status 0
+		[[ "$output" == *"checksums ok"* ]] || { show; false; }
+	done
+	run --separate-stderr "$TQ_BIN/tq-inspect" --json --verify idx.tqi
+	assert_status 0
+	"$PY" -c 'import json,sys; json.loads(sys.argv[1])' "$output"
+}
+
+@test "tq-inspect --cpu: names the kernel; TQ_ISA=scalar overrides" {
+	run --separate-stderr "$TQ_BIN/tq-inspect" --cpu
+	assert_status 0
+	[[ "$output" =~ scalar|avx2|avx512 ]] || { show; false; }
+	TQ_ISA=scalar run --separate-stderr "$TQ_BIN/tq-inspect" --cpu
+	assert_status 0
+	[[ "$output" == *scalar* ]] || { show; false; }
+}
+
+@test "a flipped byte in each payload: --verify exit 1 naming the section" {
+	local tag off
+	for tag in CODE FACT IDS ORIG QPAR ROTM CBOK CENT IPAR; do
+		cp "$F/idx.tqi" bad.tqi
+		off=$(section_offset bad.tqi $tag)
+		[ -n "$off" ] || { echo "no section $tag" >&2; false; }
+		tq flip bad.tqi $((off + 1)) 0x01
+		run --separate-stderr "$TQ_BIN/tq-inspect" --verify bad.tqi
+		assert_fail1 tq-inspect bad.tqi "$tag"
+	done
+}
+
+@test "a flipped byte in CODE: --verify fails, but search still runs" {
+	off=$(section_offset idx.tqi CODE)
+	tq flip idx.tqi $((off + 7))
+	run --separate-stderr "$TQ_BIN/tq-inspect" --verify idx.tqi
+	assert_fail1 tq-inspect idx.tqi CODE
+	run --separate-stderr "$TQ_BIN/tq-search" -i "$F/q.bin" idx.tqi
+	assert_status 0
+}
+
+@test "truncated index at 0, 10, 63, 64, half, size-1: exit 1 with one line, never a crash" {
+	local size cut prog
+	size=$(stat -c %s "$F/idx.tqi")
+	for cut in 0 10 63 64 96 $((size / 2)) $((size - 64)) $((size - 1)); do
+		cp "$F/idx.tqi" t.tqi
+		truncate -s $cut t.tqi
+		run --separate-stderr "$TQ_BIN/tq-inspect" t.tqi
+		echo "cut $cut: tq-inspect" >&2
+		assert_fail1 tq-inspect t.tqi
+		run --separate-stderr "$TQ_BIN/tq-inspect" --verify t.tqi
+		assert_fail1 tq-inspect t.tqi
+		run --separate-stderr "$TQ_BIN/tq-search" -i "$F/q.bin" t.tqi
+		echo "cut $cut: tq-search" >&2
+		assert_fail1 tq-search t.tqi
+		assert_equal "$output" ""
+	done
+}
+
+@test "truncated quantizer: tq-inspect, tq-build -q, tq-encode -q exit 1" {
+	local size cut
+	size=$(stat -c %s "$F/q.tq")
+	for cut in 0 10 63 64 $((size / 2)) $((size - 1)); do
+		cp "$F/q.tq" t.tq
+		truncate -s $cut t.tq
+		echo "cut $cut" >&2
+		run --separate-stderr "$TQ_BIN/tq-inspect" t.tq
+		assert_fail1 tq-inspect t.tq
+		run --separate-stderr "$TQ_BIN/tq-build" -q t.tq -o out.tqi "$F/c.bin"
+		assert_fail1 tq-build t.tq
+		run --separate-stderr "$TQ_BIN/tq-encode" -q t.tq -i "$F/c.bin" -o out.codes
+		assert_fail1 tq-encode t.tq
+	done
+	assert_only_files . idx.tqi q.tq t.tq
+}
+
+@test "every byte of header and section table flipped: search 0 or 1, verify 1" {
+	local ns n
+	ns=$("$PY" -c 'import struct,sys; print(struct.unpack_from("<I", open(sys.argv[1], "rb").read(), 16)[0])' idx.tqi)
+	n=$((64 + 32 * ns))
+	tq flips idx.tqi "$BATS_TEST_TMPDIR/flips" $n
+	ls "$BATS_TEST_TMPDIR"/flips/flip-* | "$BATS_TEST_DIRNAME/loop-check" nocrash "$TQ_BIN/tq-search" -k 3 -i "$F/q.bin" -o /dev/null {}
+	ls "$BATS_TEST_TMPDIR"/flips/flip-* | "$BATS_TEST_DIRNAME/loop-check" refuse "$TQ_BIN/tq-inspect" --verify {}
+}
+
+@test "tq-inspect: not a tq file: exit 1 naming it" {
+	run --separate-stderr "$TQ_BIN/tq-inspect" "$F/c.bin"
+	assert_fail1 tq-inspect c.bin
+	printf 'hello\n' >text.txt
+	run --separate-stderr "$TQ_BIN/tq-inspect" text.txt
+	assert_fail1 tq-inspect text.txt
+	run --separate-stderr "$TQ_BIN/tq-inspect" .
+	assert_fail1 tq-inspect .
+}
