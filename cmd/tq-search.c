@@ -8,11 +8,12 @@
 
 static const char usage_str[] =
     "tq-search [-k k] [-i queries] [-o output] [--oversample f] [--threads n]\n"
-    "                 [--format tsv|json|ivecs] [--dataset name] index";
+    "                 [--batch n] [--format tsv|json|ivecs] [--dataset name] index";
 
-enum { OPT_DATASET = 256, OPT_FORMAT, OPT_OVERSAMPLE, OPT_THREADS };
+enum { OPT_BATCH = 256, OPT_DATASET, OPT_FORMAT, OPT_OVERSAMPLE, OPT_THREADS };
 
 static const struct option longopts[] = {
+	{ "batch",	required_argument,	NULL, OPT_BATCH },
 	{ "dataset",	required_argument,	NULL, OPT_DATASET },
 	{ "format",	required_argument,	NULL, OPT_FORMAT },
 	{ "help",	no_argument,		NULL, 'h' },
@@ -25,8 +26,10 @@ static const struct option longopts[] = {
 enum format { FMT_TSV, FMT_JSON, FMT_IVECS };
 
 /*
- * Queries per call of tq_search(): enough to keep the threads busy, few
- * enough that the results of one batch stay within 2^24 slots.
+ * Queries per call of tq_search() by default: enough to keep the threads
+ * busy and share each pass over the codes among many queries, few enough
+ * that the results of one batch stay within 2^24 slots.  --batch 1 answers
+ * each query as soon as it is read (for queries arriving on a pipe).
  */
 #define BATCH 4096
 #define MAX_SLOTS (1u << 24)
@@ -87,7 +90,7 @@ main(int argc, char *argv[])
 	enum tq_status st;
 	uint64_t *ids, nq = 0;
 	uint32_t dim;
-	size_t batch, got;
+	size_t batch = BATCH, got;
 	float *queries, *scores;
 	uint8_t *buf;
 	int ch;
@@ -111,6 +114,9 @@ main(int argc, char *argv[])
 			break;
 		case 'V':
 			print_version();
+		case OPT_BATCH:
+			batch = parse_u32(optarg, 1, 65536, "batch");
+			break;
 		case OPT_DATASET:
 			dataset = optarg;
 			break;
@@ -159,9 +165,8 @@ main(int argc, char *argv[])
 		die("%s: dimension %u does not match the index (%u)",
 		    in_name(in), tq_reader_dim(r), dim);
 
-	batch = MAX_SLOTS / sp.k;
-	if (batch > BATCH)
-		batch = BATCH;
+	if (batch > MAX_SLOTS / sp.k)
+		batch = MAX_SLOTS / sp.k;
 	if (batch == 0)
 		batch = 1;
 	queries = xmallocarray(batch * dim, sizeof(*queries));

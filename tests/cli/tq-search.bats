@@ -77,6 +77,19 @@ setup() {
 	done
 }
 
+@test "tq-search: output identical for --batch 1, 7 and the default" {
+	"$TQ_BIN/tq-search" -i "$F/q.bin" -o ref.tsv "$IDX"
+	for b in 1 7; do
+		"$TQ_BIN/tq-search" --batch $b -i "$F/q.bin" -o b.tsv "$IDX"
+		cmp ref.tsv b.tsv
+		"$TQ_BIN/tq-search" --batch $b --oversample 4 -i "$F/q.bin" -o b.tsv "$IDX"
+		"$TQ_BIN/tq-search" --oversample 4 -i "$F/q.bin" -o r4.tsv "$IDX"
+		cmp r4.tsv b.tsv
+	done
+	run --separate-stderr "$TQ_BIN/tq-search" --batch 0 -i "$F/q.bin" "$IDX"
+	[ "$status" -eq 2 ]
+}
+
 # kernels_agree INDEX QUERIES: every scan kernel gives the same output.
 kernels_agree() {
 	local isa
