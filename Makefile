@@ -88,6 +88,7 @@ check: all test-build
 test-build: $(PROG_BIN) units
 	@./tests/run-unit $(UNIT_BIN)
 	@TQ_BIN=$(CURDIR)/$(BUILD)/bin bats tests/cli
+	@$(MAKE) --no-print-directory fuzz-replay
 
 # The same suite under AddressSanitizer and UndefinedBehaviorSanitizer.
 check-asan:
@@ -95,6 +96,58 @@ check-asan:
 
 check-valgrind: all units
 	@TQ_VALGRIND=1 ./tests/run-unit $(UNIT_BIN)
+
+# --- fuzzing ---
+# Fuzz targets for every parser (tests/fuzz/fuzz_NAME.c, one
+# LLVMFuzzerTestOneInput each) and their committed corpora
+# (tests/fuzz/corpus/NAME/).  make check replays every corpus through the
+# plain driver tests/fuzz/replay.c with the ordinary compiler (fuzz-replay);
+# "make fuzz" builds the libFuzzer binaries with clang and the sanitizers
+# in build-fuzz/, and "make fuzz-run FUZZ_TARGET=NAME FUZZ_TIME=SECONDS"
+# runs one, growing a scratch corpus in build-fuzz/corpus/NAME/ seeded
+# from the committed one (new crashes land in build-fuzz/crash/NAME/).
+FUZZ_NAMES  = fixture vecs npy idx zstd ids quantizer index codes
+FUZZ_REPLAY = $(FUZZ_NAMES:%=$(BUILD)/fuzz/replay_%)
+FUZZ_CC    ?= clang
+FUZZ_OPT   ?= -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined,fuzzer-no-link
+FUZZ_TIME  ?= 60
+FUZZ_TARGET ?= index
+
+$(BUILD)/fuzz/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c tests/fuzz/fuzz.h $(LIBA)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(ALL_CFLAGS) -Itests/fuzz -o $@ $< tests/fuzz/replay.c $(LIBA) $(LDLIBS)
+
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h $(LIBA)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(ALL_CFLAGS) -fsanitize=fuzzer -Itests/fuzz -o $@ $< $(LIBA) $(LDLIBS)
+
+fuzz-replay: $(FUZZ_REPLAY)
+	@for n in $(FUZZ_NAMES); do \
+	    [ -d tests/fuzz/corpus/$$n ] || continue; \
+	    printf 'fuzz corpus %-10s ' $$n; \
+	    $(BUILD)/fuzz/replay_$$n tests/fuzz/corpus/$$n || exit 1; \
+	done
+
+fuzz-bins: $(FUZZ_NAMES:%=$(BUILD)/fuzz/fuzz_%)
+
+fuzz:
+	$(MAKE) BUILD=build-fuzz CC=$(FUZZ_CC) OPT="$(FUZZ_OPT)" fuzz-bins
+
+fuzz-run: fuzz
+	@mkdir -p build-fuzz/corpus/$(FUZZ_TARGET) build-fuzz/crash/$(FUZZ_TARGET)
+	nice -n 10 build-fuzz/fuzz/fuzz_$(FUZZ_TARGET) -max_total_time=$(FUZZ_TIME) \
+	    -rss_limit_mb=1024 -malloc_limit_mb=1024 \
+	    -artifact_prefix=build-fuzz/crash/$(FUZZ_TARGET)/ \
+	    build-fuzz/corpus/$(FUZZ_TARGET) tests/fuzz/corpus/$(FUZZ_TARGET)
+
+clean: clean-fuzz
+clean-fuzz:
+	rm -rf build-fuzz
+
+.PHONY: fuzz fuzz-bins fuzz-run fuzz-replay clean-fuzz
+# --- end fuzzing ---
 
 man-lint:
 	mandoc -Tlint -Wwarning man/*.1 man/*.5

@@ -18,6 +18,13 @@
 
 static uint64_t rs = 0x1234567887654321ull;
 
+/*
+ * TQ_TEST_QUICK=1 (for valgrind, which runs the BLAS kernels ~50 times
+ * slower): the same checks at the small sizes only; the large dimensions
+ * (768, 1024, 4097, 5000) are skipped.
+ */
+static int quick;
+
 static double
 urand(void)
 {
@@ -127,7 +134,7 @@ test_mse_table(void)
 	size_t n = 2000;
 	unsigned b, k;
 
-	for (k = 0; k < 2; k++) {
+	for (k = 0; k < (quick ? 1u : 2u); k++) {
 		float *x = gauss_rows(n, dims[k], 1);
 
 		for (b = 1; b <= 4; b++) {
@@ -226,7 +233,7 @@ test_structured(void)
 	static const uint32_t dims[] = { 3, 300, 4097, 5000 };
 	size_t k;
 
-	for (k = 0; k < sizeof(dims) / sizeof(dims[0]); k++) {
+	for (k = 0; k < (quick ? 2 : sizeof(dims) / sizeof(dims[0])); k++) {
 		struct tq_quantizer *q = make_q(dims[k], 4, TQ_METRIC_IP,
 		    dims[k] > 4096 ? TQ_ROT_AUTO : TQ_ROT_STRUCTURED, 11, 0);
 
@@ -249,9 +256,12 @@ test_structured_vs_dense(void)
 {
 	uint32_t d = 1024, j;
 	size_t n = 2000, i;
-	float *x = calloc(n * d, sizeof(float));
+	float *x;
 	unsigned b;
 
+	if (quick)
+		return;
+	x = calloc(n * d, sizeof(float));
 	for (i = 0; i < n; i++) {
 		double nn = 0;
 
@@ -297,7 +307,7 @@ test_seed(void)
 	static const uint32_t dims[] = { 64, 5000 };
 	size_t k;
 
-	for (k = 0; k < 2; k++) {
+	for (k = 0; k < (quick ? 1u : 2u); k++) {
 		float *a, *b, *c;
 		size_t la, lb, lc;
 		enum tq_rotation r = dims[k] > 4096 ? TQ_ROT_STRUCTURED :
@@ -626,13 +636,15 @@ test_split(void)
 	q = make_q(33, 4, TQ_METRIC_L2, TQ_ROT_AUTO, 1, 0);
 	check_split(q, 300);
 	tq_quantizer_free(q);
-	q = make_q(784, 3, TQ_METRIC_COSINE, TQ_ROT_AUTO, 1, 0);
+	q = make_q(quick ? 100 : 784, 3, TQ_METRIC_COSINE, TQ_ROT_AUTO, 1, 0);
 	set_centre(q, c);
-	check_split(q, 600);
+	check_split(q, quick ? 300 : 600);
 	tq_quantizer_free(q);
 	q = make_q(200, 4, TQ_METRIC_IP, TQ_ROT_AUTO, 1, 1);
-	check_split(q, 300);
+	check_split(q, quick ? 100 : 300);
 	tq_quantizer_free(q);
+	if (quick)
+		return;
 	q = make_q(4097, 2, TQ_METRIC_L2, TQ_ROT_AUTO, 1, 0);
 	check_split(q, 70);
 	tq_quantizer_free(q);
@@ -731,8 +743,8 @@ test_zero_and_nonfinite(void)
 static void
 test_scale_search(void)
 {
-	uint32_t d = 768, j;
-	size_t n = 300, i;
+	uint32_t d = quick ? 128 : 768, j;
+	size_t n = quick ? 100 : 300, i;
 	unsigned b;
 
 	for (b = 1; b <= 4; b++) {
@@ -1027,6 +1039,9 @@ test_fit_data(void)
 int
 main(void)
 {
+	const char *e = getenv("TQ_TEST_QUICK");
+
+	quick = e != NULL && strcmp(e, "1") == 0;
 	RUN(test_codebook);
 	RUN(test_mse_table);
 	RUN(test_dense_orthogonal);

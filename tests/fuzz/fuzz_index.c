@@ -1,0 +1,46 @@
+/*
+ * fuzz_index.c - an index file: tq_index_open, tq_file_info,
+ * tq_file_verify, then a search of 2 queries with k = min(3, n), re-ranked
+ * (oversample 2) when the index holds originals.  tq_quantizer_load must
+ * also accept or refuse it without harm.
+ */
+#include <math.h>
+
+#include "fuzz.h"
+
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	const char *path = fuzz_file(".tqi", data, size);
+	struct tq_file_info info;
+	struct tq_search_params sp;
+	struct tq_quantizer *q;
+	struct tq_index *ix;
+	uint64_t n, ids[6];
+	float *queries, scores[6];
+	uint32_t d, j;
+
+	(void)tq_file_info(path, &info);
+	(void)tq_file_verify(path);
+	if (tq_quantizer_load(path, &q) == TQ_OK)
+		tq_quantizer_free(q);
+	if (tq_index_open(path, &ix) != TQ_OK)
+		return 0;
+	d = tq_quantizer_dim(tq_index_quantizer(ix));
+	n = tq_index_count(ix);
+	if (d == 0 || d > TQ_MAX_DIM)
+		abort();
+	queries = malloc(2 * (size_t)d * sizeof(float));
+	if (queries == NULL)
+		abort();
+	for (j = 0; j < 2 * d; j++)
+		queries[j] = cosf((float)j * 0.7f);
+	tq_search_params_default(&sp);
+	sp.k = n == 0 ? 1 : n < 3 ? (uint32_t)n : 3;
+	sp.oversample = tq_index_originals(ix) != TQ_ORIG_NONE ? 2.0f : 1.0f;
+	sp.threads = 1;
+	(void)tq_search(ix, queries, 2, &sp, ids, scores);
+	free(queries);
+	tq_index_close(ix);
+	return 0;
+}
