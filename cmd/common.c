@@ -426,6 +426,7 @@ void
 out_open(struct out *o, const char *path)
 {
 	const char *base;
+	struct stat st;
 	size_t dirlen, len;
 	mode_t mask;
 	int fd;
@@ -434,6 +435,17 @@ out_open(struct out *o, const char *path)
 	o->tmp = NULL;
 	if (strcmp(path, "-") == 0) {
 		o->fp = stdout;
+		return;
+	}
+	if (stat(path, &st) == 0 && !S_ISREG(st.st_mode) &&
+	    !S_ISDIR(st.st_mode)) {
+		/*
+		 * A device or FIFO (/dev/null, a named pipe) is written in
+		 * place: renaming a temporary file over it would replace
+		 * the device with a regular file.
+		 */
+		if ((o->fp = fopen(path, "w")) == NULL)
+			die_errno("%s", path);
 		return;
 	}
 	base = base_name(path);
@@ -487,7 +499,13 @@ void
 out_commit(struct out *o)
 {
 	if (o->tmp == NULL) {
-		finish_stdout();
+		if (o->fp == stdout) {
+			finish_stdout();
+			return;
+		}
+		if (fflush(o->fp) == EOF || ferror(o->fp) || fclose(o->fp) == EOF)
+			die_errno("%s", o->path);
+		o->fp = NULL;
 		return;
 	}
 	if (fflush(o->fp) == EOF || ferror(o->fp) || fsync(fileno(o->fp)) == -1)
@@ -561,3 +579,38 @@ get_lef32(const uint8_t *p)
 	memcpy(&f, &u, 4);
 	return f;
 }
+
+uint64_t *
+read_all_ids(const char *path, size_t *n)
+{
+	struct tq_ids_reader *r;
+	enum tq_status st;
+	uint64_t *ids = NULL;
+	size_t cap = 0, got;
+
+	*n = 0;
+	if ((st = tq_ids_open(path, &r)) != TQ_OK)
+		die_status(st, in_name(path));
+	do {
+		if (cap - *n < 4096) {
+			uint64_t *p;
+
+			cap = cap ? 2 * cap : 4096;
+			if ((p = realloc(ids, cap * sizeof(*ids))) == NULL) {
+				free(ids);
+				die("out of memory");
+			}
+			ids = p;
+		}
+		/* Freed before exiting, so no leak is reported. */
+		if ((st = tq_ids_read(r, ids + *n, cap - *n, &got)) != TQ_OK) {
+			free(ids);
+			tq_ids_close(r);
+			die_status(st, in_name(path));
+		}
+		*n += got;
+	} while (got > 0);
+	tq_ids_close(r);
+	return ids;
+}
+

@@ -110,6 +110,12 @@ void put_le32(uint8_t *p, uint32_t v);
 void put_lef32(uint8_t *p, float f);
 float get_lef32(const uint8_t *p);
 
+/*
+ * Reads a whole ids file (tq_ids_open) into a malloc'd array of *n ids;
+ * exit 1 naming the file on failure.
+ */
+uint64_t *read_all_ids(const char *path, size_t *n);
+
 /* Last component of a path (no allocation; "a/b/" gives "b/"). */
 const char *base_name(const char *path);
 

@@ -9,13 +9,20 @@
 static const char usage_str[] =
     "tq-build [-q quantizer | [-b bits] [-m metric] [-s seed] [--no-centre]]\n"
     "                [--ids file] [--originals f32|f16|none] [--threads n]\n"
-    "                [--dataset name] [-v] -o index corpus";
+    "                [--dataset name] [-v] -o index corpus\n"
+    "       tq-build --append [--ids file] [--threads n] [--dataset name] [-v]\n"
+    "                [-o output] index corpus\n"
+    "       tq-build --delete ids [-v] [-o output] index\n"
+    "       tq-build --compact [--threads n] [-v] [-o output] index";
 
-enum { OPT_DATASET = 256, OPT_IDS, OPT_NO_CENTRE, OPT_ORIGINALS,
-    OPT_THREADS };
+enum { OPT_APPEND = 256, OPT_COMPACT, OPT_DATASET, OPT_DELETE, OPT_IDS,
+    OPT_NO_CENTRE, OPT_ORIGINALS, OPT_THREADS };
 
 static const struct option longopts[] = {
+	{ "append",	no_argument,		NULL, OPT_APPEND },
+	{ "compact",	no_argument,		NULL, OPT_COMPACT },
 	{ "dataset",	required_argument,	NULL, OPT_DATASET },
+	{ "delete",	required_argument,	NULL, OPT_DELETE },
 	{ "help",	no_argument,		NULL, 'h' },
 	{ "ids",	required_argument,	NULL, OPT_IDS },
 	{ "no-centre",	no_argument,		NULL, OPT_NO_CENTRE },
@@ -70,6 +77,92 @@ blame(enum tq_status st, const char *corpus, const char *ids, const char *out)
 	return in_name(corpus);
 }
 
+/* Prints the size of a written index for -v. */
+static void
+report(const char *out, double t0, const char *what)
+{
+	struct tq_file_info info;
+	enum tq_status st;
+
+	if ((st = tq_file_info(out, &info)) != TQ_OK)
+		die_status(st, out);
+	fprintf(stderr, "%s: %s: %s%llu vectors (%llu live), %.1f "
+	    "bytes/vector, %.2f s\n", progname(), out, what,
+	    (unsigned long long)info.count, (unsigned long long)info.live,
+	    info.bytes_per_vector, now_seconds() - t0);
+}
+
+/* --append, --delete, --compact: a new version of an existing index. */
+static int
+mutate(int mode, const char *delpath, const char *idspath,
+    const char *dataset, const struct tq_build_params *bp, const char *out,
+    int verbose, int argc, char **argv)
+{
+	const char *ixpath = argv[0];
+	enum tq_status st;
+	double t0 = now_seconds();
+	char what[64] = "";
+
+	if (argc < 1)
+		usage_error("missing index");
+	if (argc != (mode == OPT_APPEND ? 2 : 1)) {
+		if (mode == OPT_APPEND && argc < 2)
+			usage_error("missing corpus");
+		usage_error("unexpected argument '%s'",
+		    argv[mode == OPT_APPEND ? 2 : 1]);
+	}
+	if (out == NULL)
+		out = ixpath;
+	if (mode == OPT_DELETE) {
+		uint64_t *ids, deleted;
+		size_t n;
+
+		ids = read_all_ids(delpath, &n);
+		st = tq_index_delete(ixpath, ids, n, out, &deleted);
+		free(ids);
+		if (st != TQ_OK)
+			die_status(st, ixpath);
+		snprintf(what, sizeof(what), "%llu deleted, ",
+		    (unsigned long long)deleted);
+	} else if (mode == OPT_COMPACT) {
+		if ((st = tq_index_compact(ixpath, bp, out)) != TQ_OK)
+			die_status(st, ixpath);
+	} else {
+		const char *corpus = argv[1];
+		struct tq_reader *r;
+		struct tq_ids_reader *ids = NULL;
+
+		if ((st = tq_reader_open(corpus, dataset, &r)) != TQ_OK)
+			die_status(st, in_name(corpus));
+		if (idspath != NULL) {
+			if (strcmp(idspath, "-") != 0 &&
+			    tq_reader_count(r) >= 0) {
+				uint64_t nid = count_ids(idspath);
+
+				if (nid != (uint64_t)tq_reader_count(r))
+					die("%s: %llu ids for %lld rows",
+					    idspath, (unsigned long long)nid,
+					    (long long)tq_reader_count(r));
+			}
+			if ((st = tq_ids_open(idspath, &ids)) != TQ_OK)
+				die_status(st, idspath);
+		}
+		if ((st = tq_index_append(ixpath, r, ids, bp, out)) != TQ_OK) {
+			const char *d = tq_errdetail();
+
+			/* The index's own problems name the index. */
+			die_status(st, st == TQ_ERR_CHECKSUM ||
+			    strncmp(d, "section", 7) == 0 ? ixpath :
+			    blame(st, corpus, idspath, out));
+		}
+		tq_ids_close(ids);
+		tq_reader_close(r);
+	}
+	if (verbose)
+		report(out, t0, what);
+	return 0;
+}
+
 static struct tq_quantizer *
 fit(struct tq_fit_params *p, const char *corpus, const char *dataset,
     uint32_t dim, int centre)
@@ -94,15 +187,16 @@ main(int argc, char *argv[])
 {
 	struct tq_fit_params fp;
 	struct tq_build_params bp;
-	struct tq_file_info info;
 	struct tq_quantizer *q;
 	struct tq_reader *r;
 	struct tq_ids_reader *ids = NULL;
 	const char *qpath = NULL, *idspath = NULL, *out = NULL;
+	const char *delpath = NULL;
 	const char *dataset = "train", *corpus;
 	enum tq_status st;
 	double t0;
-	int ch, centre = 1, fitopt = 0, verbose = 0;
+	int ch, centre = 1, fitopt = 0, verbose = 0, mode = 0, nmodes = 0;
+	int origopt = 0;
 
 	cmd_init(argv, usage_str);
 	tq_fit_params_default(&fp);
@@ -135,8 +229,18 @@ main(int argc, char *argv[])
 			break;
 		case 'V':
 			print_version();
+		case OPT_APPEND:
+		case OPT_COMPACT:
+			mode = ch;
+			nmodes++;
+			break;
 		case OPT_DATASET:
 			dataset = optarg;
+			break;
+		case OPT_DELETE:
+			mode = ch;
+			nmodes++;
+			delpath = optarg;
 			break;
 		case OPT_IDS:
 			idspath = optarg;
@@ -146,6 +250,7 @@ main(int argc, char *argv[])
 			fitopt = 1;
 			break;
 		case OPT_ORIGINALS:
+			origopt = 1;
 			if (strcmp(optarg, "f32") == 0)
 				bp.originals = TQ_ORIG_F32;
 			else if (strcmp(optarg, "f16") == 0)
@@ -165,6 +270,19 @@ main(int argc, char *argv[])
 	}
 	argc -= optind;
 	argv += optind;
+	if (nmodes > 1)
+		usage_error("only one of --append, --delete and --compact");
+	if (mode != 0) {
+		if (qpath != NULL || fitopt || origopt)
+			usage_error("--%s keeps the index's quantizer and "
+			    "originals: no -q, -b, -m, -s, --no-centre or "
+			    "--originals", mode == OPT_APPEND ? "append" :
+			    mode == OPT_DELETE ? "delete" : "compact");
+		if (mode != OPT_APPEND && idspath != NULL)
+			usage_error("--ids goes with --append");
+		return mutate(mode, delpath, idspath, dataset, &bp, out,
+		    verbose, argc, argv);
+	}
 	if (qpath != NULL && fitopt)
 		usage_error("-q cannot be used with -b, -m, -s or --no-centre");
 	if (out == NULL)
@@ -204,6 +322,8 @@ main(int argc, char *argv[])
 	tq_reader_close(r);
 	tq_quantizer_free(q);
 	if (verbose) {
+		struct tq_file_info info;
+
 		if ((st = tq_file_info(out, &info)) != TQ_OK)
 			die_status(st, out);
 		fprintf(stderr, "%s: %s: %llu vectors, %.1f bytes/vector, "

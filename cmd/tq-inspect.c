@@ -43,6 +43,8 @@ print_text(const struct tq_file_info *fi, int verified)
 	printf("scale-search %s\n", fi->scale_search ? "yes" : "no");
 	if (fi->kind == TQ_FILE_INDEX) {
 		printf("vectors %llu\n", (unsigned long long)fi->count);
+		if (fi->live < fi->count)
+			printf("live %llu\n", (unsigned long long)fi->live);
 		printf("originals %s\n", originals_name(fi->originals));
 		printf("bytes/vector %.1f\n", fi->bytes_per_vector);
 		printf("originals bytes/vector %.1f\n",
@@ -83,6 +85,8 @@ print_json(const char *path, const struct tq_file_info *fi, int verified)
 		    (unsigned long long)fi->count,
 		    originals_name(fi->originals), fi->bytes_per_vector,
 		    fi->original_bytes_per_vector);
+	if (fi->kind == TQ_FILE_INDEX && fi->live < fi->count)
+		printf(",\"live\":%llu", (unsigned long long)fi->live);
 	printf(",\"nsections\":%u,\"sections\":[", fi->nsections);
 	for (i = 0; i < ns; i++) {
 		printf("%s{\"tag\":", i ? "," : "");

@@ -1,5 +1,6 @@
 /* tq-search - k nearest neighbours of queries in a TurboQuant index. */
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,16 +9,20 @@
 
 static const char usage_str[] =
     "tq-search [-k k] [-i queries] [-o output] [--oversample f] [--threads n]\n"
-    "                 [--batch n] [--format tsv|json|ivecs] [--dataset name] index";
+    "                 [--batch n] [--format tsv|json|ivecs] [--dataset name]\n"
+    "                 [--allow ids] [--radius r] index";
 
-enum { OPT_BATCH = 256, OPT_DATASET, OPT_FORMAT, OPT_OVERSAMPLE, OPT_THREADS };
+enum { OPT_ALLOW = 256, OPT_BATCH, OPT_DATASET, OPT_FORMAT, OPT_OVERSAMPLE,
+    OPT_RADIUS, OPT_THREADS };
 
 static const struct option longopts[] = {
+	{ "allow",	required_argument,	NULL, OPT_ALLOW },
 	{ "batch",	required_argument,	NULL, OPT_BATCH },
 	{ "dataset",	required_argument,	NULL, OPT_DATASET },
 	{ "format",	required_argument,	NULL, OPT_FORMAT },
 	{ "help",	no_argument,		NULL, 'h' },
 	{ "oversample",	required_argument,	NULL, OPT_OVERSAMPLE },
+	{ "radius",	required_argument,	NULL, OPT_RADIUS },
 	{ "threads",	required_argument,	NULL, OPT_THREADS },
 	{ "version",	no_argument,		NULL, 'V' },
 	{ NULL,		0,			NULL, 0 }
@@ -34,15 +39,22 @@ enum format { FMT_TSV, FMT_JSON, FMT_IVECS };
 #define BATCH 4096
 #define MAX_SLOTS (1u << 24)
 
+/*
+ * Writes the results of nq queries: query i has n[i] results at ids +
+ * off[i], of which the first len[i] are real (the rest are padding of a
+ * filtered search: left out of tsv and json, -1 in ivecs).
+ */
 static void
 write_results(struct out *o, enum format fmt, uint64_t q0, size_t nq,
-    uint32_t k, const uint64_t *ids, const float *scores, uint8_t *buf)
+    const size_t *off, const size_t *cnt, const size_t *len,
+    const uint64_t *ids, const float *scores, uint8_t **buf, size_t *bufcap)
 {
 	size_t i, j;
 
 	for (i = 0; i < nq; i++) {
-		const uint64_t *id = ids + i * k;
-		const float *sc = scores + i * k;
+		const uint64_t *id = ids + off[i];
+		const float *sc = scores + off[i];
+		size_t k = len[i];
 
 		switch (fmt) {
 		case FMT_TSV:
@@ -64,36 +76,67 @@ write_results(struct out *o, enum format fmt, uint64_t q0, size_t nq,
 			out_printf(o, "]}\n");
 			break;
 		case FMT_IVECS:
-			put_le32(buf, k);
+			k = cnt[i];
+			if (4 + 4 * k > *bufcap) {
+				free(*buf);
+				*bufcap = 4 + 4 * k;
+				*buf = xmallocarray(*bufcap, 1);
+			}
+			if (k > INT32_MAX)
+				die("%s: %zu results do not fit in ivecs",
+				    out_name(o->path), k);
+			put_le32(*buf, (uint32_t)k);
 			for (j = 0; j < k; j++) {
+				if (j >= len[i]) {
+					put_le32(*buf + 4 + 4 * j, UINT32_MAX);
+					continue;
+				}
 				if (id[j] > INT32_MAX)
 					die("%s: id %llu does not fit in ivecs "
 					    "(int32)", out_name(o->path),
 					    (unsigned long long)id[j]);
-				put_le32(buf + 4 + 4 * j, (uint32_t)id[j]);
+				put_le32(*buf + 4 + 4 * j, (uint32_t)id[j]);
 			}
-			out_write(o, buf, 4 + 4 * (size_t)k);
+			out_write(o, *buf, 4 + 4 * k);
 			break;
 		}
 	}
+}
+
+/* A radius: a decimal number, negative allowed (ip, cosine). */
+static float
+parse_radius(const char *s)
+{
+	if (s[0] == '-')
+		return -parse_float(s + 1, 0, 3.4e38f, "radius");
+	return parse_float(s, 0, 3.4e38f, "radius");
 }
 
 int
 main(int argc, char *argv[])
 {
 	struct tq_search_params sp;
+	struct tq_filter *allow = NULL;
 	struct tq_index *ix;
 	struct tq_reader *r;
 	struct out o;
 	const char *in = "-", *outpath = "-", *dataset = "test", *ixpath;
+	const char *allowpath = NULL;
 	enum format fmt = FMT_TSV;
 	enum tq_status st;
-	uint64_t *ids, nq = 0;
+	uint64_t nq = 0, avail;
 	uint32_t dim;
-	size_t batch = BATCH, got;
-	float *queries, *scores;
-	uint8_t *buf;
-	int ch;
+	size_t batch = BATCH, got, i, bufcap;
+	float radius = 0;
+	/*
+	 * Static, so that the buffers stay reachable when a failure exits
+	 * from the middle of the loop (no leak reports under LeakSanitizer).
+	 */
+	static uint64_t *ids;
+	static size_t *off, *cnt, *len;
+	static float *queries, *scores;
+	static uint8_t *buf;
+	int ch, kset = 0, range = 0;
 
 	cmd_init(argv, usage_str);
 	tq_search_params_default(&sp);
@@ -108,12 +151,16 @@ main(int argc, char *argv[])
 			break;
 		case 'k':
 			sp.k = parse_u32(optarg, 1, 1000000, "k");
+			kset = 1;
 			break;
 		case 'o':
 			outpath = optarg;
 			break;
 		case 'V':
 			print_version();
+		case OPT_ALLOW:
+			allowpath = optarg;
+			break;
 		case OPT_BATCH:
 			batch = parse_u32(optarg, 1, 65536, "batch");
 			break;
@@ -135,6 +182,10 @@ main(int argc, char *argv[])
 			sp.oversample = parse_float(optarg, 1, 1000,
 			    "oversample");
 			break;
+		case OPT_RADIUS:
+			radius = parse_radius(optarg);
+			range = 1;
+			break;
 		case OPT_THREADS:
 			sp.threads = parse_u32(optarg, 0, 1024, "threads");
 			break;
@@ -153,46 +204,92 @@ main(int argc, char *argv[])
 	if ((st = tq_index_open(ixpath, &ix)) != TQ_OK)
 		die_status(st, ixpath);
 	dim = tq_quantizer_dim(tq_index_quantizer(ix));
-	if (sp.k > tq_index_count(ix))
+	avail = tq_index_live(ix);
+	if (!range && sp.k > avail)
 		die("%s: k (%u) exceeds the %llu vectors in the index", ixpath,
-		    sp.k, (unsigned long long)tq_index_count(ix));
+		    sp.k, (unsigned long long)avail);
 	if (sp.oversample > 1 && tq_index_originals(ix) == TQ_ORIG_NONE)
 		die("%s: --oversample needs originals, and the index has none",
 		    ixpath);
+	if (allowpath != NULL) {
+		uint64_t *aids;
+		size_t na;
+
+		aids = read_all_ids(allowpath, &na);
+		st = tq_filter_create(ix, aids, na, &allow);
+		free(aids);
+		if (st != TQ_OK)
+			die_status(st, ixpath);
+		sp.allow = allow;
+	}
 	if ((st = tq_reader_open(in, dataset, &r)) != TQ_OK)
 		die_status(st, in_name(in));
 	if (tq_reader_dim(r) != dim)
 		die("%s: dimension %u does not match the index (%u)",
 		    in_name(in), tq_reader_dim(r), dim);
 
-	if (batch > MAX_SLOTS / sp.k)
+	if (range) {
+		if (batch > 256)
+			batch = 256;
+	} else if (batch > MAX_SLOTS / sp.k)
 		batch = MAX_SLOTS / sp.k;
 	if (batch == 0)
 		batch = 1;
 	queries = xmallocarray(batch * dim, sizeof(*queries));
-	ids = xmallocarray(batch * sp.k, sizeof(*ids));
-	scores = xmallocarray(batch * sp.k, sizeof(*scores));
-	buf = xmallocarray(4 + 4 * (size_t)sp.k, 1);
+	ids = range ? NULL : xmallocarray(batch * sp.k, sizeof(*ids));
+	scores = range ? NULL : xmallocarray(batch * sp.k, sizeof(*scores));
+	off = xmallocarray(batch + 1, sizeof(*off));
+	cnt = xmallocarray(batch, sizeof(*cnt));
+	len = xmallocarray(batch, sizeof(*len));
+	bufcap = 4 + 4 * (size_t)sp.k;
+	buf = xmallocarray(bufcap, 1);
 	out_open(&o, outpath);
 	for (;;) {
 		if ((st = tq_reader_read(r, queries, batch, &got)) != TQ_OK)
 			die_status(st, in_name(in));
 		if (got == 0)
 			break;
-		if ((st = tq_search(ix, queries, got, &sp, ids, scores)) !=
-		    TQ_OK)
-			die_status(st, ixpath);
-		write_results(&o, fmt, nq, got, sp.k, ids, scores, buf);
+		if (range) {
+			struct tq_range res;
+
+			if ((st = tq_search_range(ix, queries, got, &sp, radius,
+			    kset ? sp.k : 0, &res)) != TQ_OK)
+				die_status(st, ixpath);
+			for (i = 0; i < got; i++)
+				cnt[i] = len[i] = res.off[i + 1] - res.off[i];
+			write_results(&o, fmt, nq, got, res.off, cnt, len,
+			    res.ids, res.scores, &buf, &bufcap);
+			tq_range_free(&res);
+		} else {
+			if ((st = tq_search(ix, queries, got, &sp, ids,
+			    scores)) != TQ_OK)
+				die_status(st, ixpath);
+			for (i = 0; i < got; i++) {
+				off[i] = i * sp.k;
+				cnt[i] = len[i] = sp.k;
+				/* Filtered: the padding has id UINT64_MAX. */
+				while (len[i] > 0 &&
+				    ids[off[i] + len[i] - 1] == UINT64_MAX &&
+				    isnan(scores[off[i] + len[i] - 1]))
+					len[i]--;
+			}
+			write_results(&o, fmt, nq, got, off, cnt, len, ids,
+			    scores, &buf, &bufcap);
+		}
 		nq += got;
 		progress("%llu queries", (unsigned long long)nq);
 	}
 	progress_done();
 	out_commit(&o);
 	tq_reader_close(r);
+	tq_filter_free(allow);
 	tq_index_close(ix);
 	free(queries);
 	free(ids);
 	free(scores);
+	free(off);
+	free(cnt);
+	free(len);
 	free(buf);
 	return 0;
 }

@@ -242,6 +242,15 @@ pwrite_all(int fd, const void *p, size_t n, uint64_t off)
 	return TQ_OK;
 }
 
+int
+tq_path_is_special(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0 && !S_ISREG(st.st_mode) &&
+	    !S_ISDIR(st.st_mode);
+}
+
 /* Opens "<dir>/.<base>.tmp.XXXXXX" beside path. */
 int
 tq_tmpfile_beside(const char *path, char **tmpname)
@@ -293,6 +302,10 @@ tq_fw_open(const char *path, enum tq_file_kind kind, unsigned max_sections,
 	if (strcmp(path, "-") == 0)
 		return tq_fail(TQ_ERR_UNSUPPORTED,
 		    "cannot write a tq file to standard output");
+	if (tq_path_is_special(path))
+		return tq_fail(TQ_ERR_UNSUPPORTED, "not a regular file: a tq "
+		    "file is written beside its destination and renamed "
+		    "over it");
 	if ((fw = calloc(1, sizeof(*fw))) == NULL ||
 	    (fw->sec = calloc(max_sections, sizeof(*fw->sec))) == NULL ||
 	    (fw->path = strdup(path)) == NULL) {

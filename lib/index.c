@@ -9,6 +9,11 @@
  * reader cannot say how many rows it holds (a pipe), the rows are first
  * spooled to an unlinked temporary file beside the output, because the
  * section sizes must be known before the first byte is placed.
+ *
+ * An index is never modified in place.  Deleting rows writes a copy with
+ * a TOMB bitmap; appending (and compacting) streams the live rows out of
+ * their blocks into the same chunk buffers as new rows encoded with the
+ * index's quantizer, so the result equals a fresh build of those rows.
  */
 #include <errno.h>
 #include <math.h>
@@ -249,16 +254,16 @@ write_ipar(struct build *b, uint64_t n, uint64_t nblocks)
 	return tq_fw_end(b->fw);
 }
 
+/*
+ * Writes the codes and factors of `rows` buffered rows (b->codes,
+ * b->factors, starting at a block boundary) in the blocked layout.
+ */
 static enum tq_status
-write_chunk(struct build *b, size_t rows, uint64_t row0, unsigned threads)
+put_blocks(struct build *b, size_t rows)
 {
 	const struct tq_quantizer *q = b->q;
 	size_t nblk = (rows + TQ_BLOCK - 1) / TQ_BLOCK;
-	size_t got;
 
-	TQ_TRY(encode_chunk(q, b->x, rows, threads, b->codes, b->factors));
-
-	/* Codes and factors in the blocked layout. */
 	memset(b->fblocks, 0, nblk * TQ_BLOCK * TQ_NFACTORS * sizeof(float));
 	for (size_t k = 0; k < nblk; k++) {
 		size_t r0 = k * TQ_BLOCK;
@@ -275,8 +280,40 @@ write_chunk(struct build *b, size_t rows, uint64_t row0, unsigned threads)
 	for (size_t i = 0; i < nblk * TQ_BLOCK * TQ_NFACTORS; i++)
 		wr_lef32((uint8_t *)&b->fblocks[i], b->fblocks[i]);
 	TQ_TRY(tq_fw_put(b->fw, b->s_code, b->blocks, nblk * b->block_bytes));
-	TQ_TRY(tq_fw_put(b->fw, b->s_fact, b->fblocks,
-	    nblk * TQ_BLOCK * TQ_NFACTORS * sizeof(float)));
+	return tq_fw_put(b->fw, b->s_fact, b->fblocks,
+	    nblk * TQ_BLOCK * TQ_NFACTORS * sizeof(float));
+}
+
+/*
+ * Converts `rows` input rows x (normalised in place for cosine) to
+ * originals in the stored format at dst.
+ */
+static void
+convert_originals(const struct tq_quantizer *q, enum tq_originals o,
+    float *x, size_t rows, uint8_t *dst)
+{
+	size_t cnt = rows * q->dim;
+
+	if (q->metric == TQ_METRIC_COSINE)
+		for (size_t i = 0; i < rows; i++)
+			(void)tq_normalise(x + i * q->dim, q->dim,
+			    x + i * q->dim);
+	if (o == TQ_ORIG_F32)
+		for (size_t i = 0; i < cnt; i++)
+			wr_lef32(dst + 4 * i, x[i]);
+	else
+		for (size_t i = 0; i < cnt; i++)
+			wr_le16(dst + 2 * i, tq_f32_to_f16(x[i]));
+}
+
+static enum tq_status
+write_chunk(struct build *b, size_t rows, uint64_t row0, unsigned threads)
+{
+	const struct tq_quantizer *q = b->q;
+	size_t got;
+
+	TQ_TRY(encode_chunk(q, b->x, rows, threads, b->codes, b->factors));
+	TQ_TRY(put_blocks(b, rows));
 
 	/* External ids. */
 	if (b->ids != NULL) {
@@ -295,22 +332,33 @@ write_chunk(struct build *b, size_t rows, uint64_t row0, unsigned threads)
 
 	/* Originals. */
 	if (b->p->originals != TQ_ORIG_NONE) {
-		size_t cnt = rows * q->dim;
+		size_t w = b->p->originals == TQ_ORIG_F32 ? 4 : 2;
 
-		if (q->metric == TQ_METRIC_COSINE)
-			for (size_t i = 0; i < rows; i++)
-				(void)tq_normalise(b->x + i * q->dim, q->dim,
-				    b->x + i * q->dim);
-		if (b->p->originals == TQ_ORIG_F32) {
-			for (size_t i = 0; i < cnt; i++)
-				wr_lef32(b->obuf + 4 * i, b->x[i]);
-			TQ_TRY(tq_fw_put(b->fw, b->s_orig, b->obuf, cnt * 4));
-		} else {
-			for (size_t i = 0; i < cnt; i++)
-				wr_le16(b->obuf + 2 * i,
-				    tq_f32_to_f16(b->x[i]));
-			TQ_TRY(tq_fw_put(b->fw, b->s_orig, b->obuf, cnt * 2));
-		}
+		convert_originals(q, b->p->originals, b->x, rows, b->obuf);
+		TQ_TRY(tq_fw_put(b->fw, b->s_orig, b->obuf,
+		    rows * q->dim * w));
+	}
+	return TQ_OK;
+}
+
+/* Reserves CODE, FACT, IDS and ORIG for n rows. */
+static enum tq_status
+reserve_rows(struct build *b, uint64_t n, uint64_t nblocks)
+{
+	uint64_t len;
+
+	if (ck_mul64(nblocks, b->block_bytes, &len))
+		return tq_fail(TQ_ERR_OVERFLOW, "index too large");
+	TQ_TRY(tq_fw_reserve(b->fw, TQ_TAG_CODE, len, &b->s_code));
+	TQ_TRY(tq_fw_reserve(b->fw, TQ_TAG_FACT,
+	    nblocks * TQ_BLOCK * TQ_NFACTORS * sizeof(float), &b->s_fact));
+	TQ_TRY(tq_fw_reserve(b->fw, TQ_TAG_IDS, n * 8, &b->s_ids));
+	if (b->p->originals != TQ_ORIG_NONE) {
+		uint64_t w = b->p->originals == TQ_ORIG_F32 ? 4 : 2;
+
+		if (ck_mul64(n, (uint64_t)b->q->dim * w, &len))
+			return tq_fail(TQ_ERR_OVERFLOW, "index too large");
+		TQ_TRY(tq_fw_reserve(b->fw, TQ_TAG_ORIG, len, &b->s_orig));
 	}
 	return TQ_OK;
 }
@@ -319,7 +367,7 @@ static enum tq_status
 build_run(struct build *b, struct source *src, const char *path)
 {
 	const struct tq_quantizer *q = b->q;
-	uint64_t n, nblocks, len, row = 0;
+	uint64_t n, nblocks, row = 0;
 	unsigned threads = b->p->threads ? b->p->threads : tq_ncpu();
 	size_t got;
 
@@ -334,19 +382,7 @@ build_run(struct build *b, struct source *src, const char *path)
 	TQ_TRY(tq_fw_open(path, TQ_FILE_INDEX, 12, &b->fw));
 	TQ_TRY(tq_quantizer_write_sections(q, b->fw));
 	TQ_TRY(write_ipar(b, n, nblocks));
-	if (ck_mul64(nblocks, b->block_bytes, &len))
-		return tq_fail(TQ_ERR_OVERFLOW, "index too large");
-	TQ_TRY(tq_fw_reserve(b->fw, TQ_TAG_CODE, len, &b->s_code));
-	TQ_TRY(tq_fw_reserve(b->fw, TQ_TAG_FACT,
-	    nblocks * TQ_BLOCK * TQ_NFACTORS * sizeof(float), &b->s_fact));
-	TQ_TRY(tq_fw_reserve(b->fw, TQ_TAG_IDS, n * 8, &b->s_ids));
-	if (b->p->originals != TQ_ORIG_NONE) {
-		uint64_t w = b->p->originals == TQ_ORIG_F32 ? 4 : 2;
-
-		if (ck_mul64(n, (uint64_t)q->dim * w, &len))
-			return tq_fail(TQ_ERR_OVERFLOW, "index too large");
-		TQ_TRY(tq_fw_reserve(b->fw, TQ_TAG_ORIG, len, &b->s_orig));
-	}
+	TQ_TRY(reserve_rows(b, n, nblocks));
 
 	while (row < n) {
 		size_t want = n - row < b->chunk ? (size_t)(n - row) : b->chunk;
@@ -476,6 +512,25 @@ index_bind(struct tq_index *ix)
 			return tq_fail(TQ_ERR_FORMAT, "section ORIG: missing "
 			    "or wrong length");
 	}
+	ix->live = ix->n;
+	ix->tomb = tq_file_section(f, TQ_TAG_TOMB, &len);
+	if (ix->tomb != NULL) {
+		uint64_t tb = (ix->n + 7) / 8, dead = 0;
+
+		if (len != tb)
+			return tq_fail(TQ_ERR_FORMAT, "section TOMB: length "
+			    "%llu, expected %llu", (unsigned long long)len,
+			    (unsigned long long)tb);
+		if (ix->n % 8 != 0 && (ix->tomb[tb - 1] >> (ix->n % 8)) != 0)
+			return tq_fail(TQ_ERR_FORMAT, "section TOMB: bits set "
+			    "past the last row");
+		for (uint64_t i = 0; i < tb; i++)
+			dead += (uint64_t)__builtin_popcount(ix->tomb[i]);
+		if (dead >= ix->n)
+			return tq_fail(TQ_ERR_FORMAT, "section TOMB: every "
+			    "vector is deleted");
+		ix->live = ix->n - dead;
+	}
 	return TQ_OK;
 }
 
@@ -520,6 +575,12 @@ uint64_t
 tq_index_count(const struct tq_index *ix)
 {
 	return ix->n;
+}
+
+uint64_t
+tq_index_live(const struct tq_index *ix)
+{
+	return ix->live;
 }
 
 enum tq_originals
@@ -573,6 +634,7 @@ tq_file_info(const char *path, struct tq_file_info *out)
 	TQ_TRY(tq_index_open(path, &ix));
 	describe_quantizer(ix->q, out);
 	out->count = ix->n;
+	out->live = ix->live;
 	out->originals = ix->originals;
 	out->bytes_per_vector = ((double)ix->nblocks *
 	    ((double)ix->block_bytes + TQ_BLOCK * TQ_NFACTORS * 4.0)) /
@@ -581,4 +643,373 @@ tq_file_info(const char *path, struct tq_file_info *out)
 	    (double)ix->q->dim * (ix->originals == TQ_ORIG_F32 ? 4 : 2);
 	tq_index_close(ix);
 	return TQ_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Sets of ids, filters                                                      */
+
+static int
+cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* A sorted copy of ids without duplicates, malloc'd into *set. */
+static enum tq_status
+idset_make(const uint64_t *ids, size_t n, uint64_t **set, size_t *m)
+{
+	size_t i, j = 0;
+
+	*set = tq_mallocarray(n > 0 ? n : 1, sizeof(uint64_t));
+	if (*set == NULL)
+		return tq_fail(TQ_ERR_NOMEM, "out of memory");
+	if (n > 0)
+		memcpy(*set, ids, n * sizeof(uint64_t));
+	qsort(*set, n, sizeof(uint64_t), cmp_u64);
+	for (i = 0; i < n; i++)
+		if (j == 0 || (*set)[j - 1] != (*set)[i])
+			(*set)[j++] = (*set)[i];
+	*m = j;
+	return TQ_OK;
+}
+
+static int
+idset_has(const uint64_t *set, size_t m, uint64_t id)
+{
+	size_t lo = 0, hi = m;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (set[mid] < id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < m && set[lo] == id;
+}
+
+static int
+row_dead(const struct tq_index *ix, uint64_t r)
+{
+	return ix->tomb != NULL && (ix->tomb[r / 8] >> (r % 8) & 1) != 0;
+}
+
+enum tq_status
+tq_filter_create(const struct tq_index *ix, const uint64_t *ids, size_t n,
+    struct tq_filter **out)
+{
+	struct tq_filter *f;
+	uint64_t *set;
+	size_t m;
+	enum tq_status rc;
+
+	*out = NULL;
+	if (ix == NULL || (n > 0 && ids == NULL))
+		return tq_fail(TQ_ERR_ARG, "filter: NULL argument");
+	TQ_TRY(idset_make(ids, n, &set, &m));
+	if ((f = calloc(1, sizeof(*f))) == NULL ||
+	    (f->words = tq_callocarray(ix->nblocks, sizeof(uint32_t))) ==
+	    NULL) {
+		rc = tq_fail(TQ_ERR_NOMEM, "out of memory");
+		free(set);
+		tq_filter_free(f);
+		return rc;
+	}
+	f->ix = ix;
+	for (uint64_t r = 0; r < ix->n; r++)
+		if (!row_dead(ix, r) && idset_has(set, m, tq_index_id(ix, r))) {
+			f->words[r / TQ_BLOCK] |= 1u << (r % TQ_BLOCK);
+			f->count++;
+		}
+	free(set);
+	*out = f;
+	return TQ_OK;
+}
+
+uint64_t
+tq_filter_count(const struct tq_filter *f)
+{
+	return f->count;
+}
+
+void
+tq_filter_free(struct tq_filter *f)
+{
+	if (f == NULL)
+		return;
+	free(f->words);
+	free(f);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Delete                                                                    */
+
+/*
+ * Copies every section of the index's file in table order, with `tomb`
+ * in place of TOMB (or after the others when there was none).
+ */
+static enum tq_status
+delete_write(const struct tq_index *ix, const uint8_t *tomb, size_t tb,
+    struct tq_filewriter *fw)
+{
+	const struct tq_file *f = &ix->file;
+
+	for (uint32_t i = 0; i < f->nsections; i++) {
+		const struct tq_section_info *s = &f->sec[i];
+		uint32_t tag = TQ_TAG(s->tag[0], s->tag[1], s->tag[2],
+		    s->tag[3]);
+
+		TQ_TRY(tq_fw_begin(fw, tag));
+		if (tag == TQ_TAG_TOMB)
+			TQ_TRY(tq_fw_write(fw, tomb, tb));
+		else
+			TQ_TRY(tq_fw_write(fw, f->base + s->offset,
+			    (size_t)s->length));
+		TQ_TRY(tq_fw_end(fw));
+	}
+	if (ix->tomb == NULL) {
+		TQ_TRY(tq_fw_begin(fw, TQ_TAG_TOMB));
+		TQ_TRY(tq_fw_write(fw, tomb, tb));
+		TQ_TRY(tq_fw_end(fw));
+	}
+	return TQ_OK;
+}
+
+enum tq_status
+tq_index_delete(const char *path, const uint64_t *ids, size_t nids,
+    const char *out, uint64_t *deleted)
+{
+	struct tq_index *ix = NULL;
+	struct tq_filewriter *fw = NULL;
+	uint64_t *set = NULL, hit = 0;
+	uint8_t *tomb = NULL;
+	size_t m, tb;
+	enum tq_status rc;
+
+	tq_clear_detail();
+	if (deleted != NULL)
+		*deleted = 0;
+	if (path == NULL || out == NULL || (nids > 0 && ids == NULL))
+		return tq_fail(TQ_ERR_ARG, "delete: NULL argument");
+	TQ_TRY(tq_file_verify(path));
+	TQ_TRY(tq_index_open(path, &ix));
+	tb = (size_t)((ix->n + 7) / 8);
+	if ((rc = idset_make(ids, nids, &set, &m)) != TQ_OK)
+		goto done;
+	if ((tomb = calloc(tb, 1)) == NULL) {
+		rc = tq_fail(TQ_ERR_NOMEM, "out of memory");
+		goto done;
+	}
+	if (ix->tomb != NULL)
+		memcpy(tomb, ix->tomb, tb);
+	for (uint64_t r = 0; r < ix->n; r++)
+		if (!row_dead(ix, r) && idset_has(set, m, tq_index_id(ix, r))) {
+			tomb[r / 8] |= (uint8_t)(1u << (r % 8));
+			hit++;
+		}
+	if (hit >= ix->live) {
+		rc = tq_fail(TQ_ERR_EMPTY, "would delete every vector");
+		goto done;
+	}
+	if ((rc = tq_fw_open(out, TQ_FILE_INDEX, ix->file.nsections +
+	    (ix->tomb == NULL), &fw)) != TQ_OK)
+		goto done;
+	if ((rc = delete_write(ix, tomb, tb, fw)) != TQ_OK)
+		tq_fw_abort(fw);
+	else
+		rc = tq_fw_commit(fw);		/* frees fw either way */
+	if (rc == TQ_OK && deleted != NULL)
+		*deleted = hit;
+done:
+	free(set);
+	free(tomb);
+	tq_index_close(ix);
+	return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Append and compact                                                        */
+
+/* Writes the `rows` buffered rows (codes, factors, ids, originals). */
+static enum tq_status
+merge_flush(struct build *b, size_t rows)
+{
+	TQ_TRY(put_blocks(b, rows));
+	TQ_TRY(tq_fw_put(b->fw, b->s_ids, b->idbuf, rows * 8));
+	if (b->p->originals != TQ_ORIG_NONE)
+		TQ_TRY(tq_fw_put(b->fw, b->s_orig, b->obuf, rows *
+		    b->q->dim * (b->p->originals == TQ_ORIG_F32 ? 4 : 2)));
+	return TQ_OK;
+}
+
+/*
+ * The live rows of ix, then the rows of src (if any), through the chunk
+ * buffers of b: old rows are unpacked from their blocks and re-packed with
+ * the new ones, so blocks stay full and the bytes equal a fresh build's.
+ */
+static enum tq_status
+append_run(struct build *b, const struct tq_index *ix, struct source *src,
+    const char *out)
+{
+	const struct tq_quantizer *q = ix->q;
+	size_t dim = q->dim, ow, at = 0, got;
+	uint64_t nnew = 0, total, row, next = 0;
+	unsigned threads = b->p->threads ? b->p->threads : tq_ncpu();
+
+	ow = ix->originals == TQ_ORIG_F32 ? 4 : ix->originals == TQ_ORIG_F16 ?
+	    2 : 0;
+	if (src->r != NULL) {
+		if (tq_reader_count(src->r) < 0)
+			TQ_TRY(source_spool(src, out, b->x, b->chunk));
+		nnew = src->fd >= 0 ? src->n : (uint64_t)tq_reader_count(src->r);
+		src->n = nnew;
+		if (nnew == 0)
+			return tq_fail(TQ_ERR_EMPTY, "no vectors");
+	}
+	if (src->r != NULL && b->ids == NULL) {
+		uint64_t mx = 0;
+
+		for (uint64_t r = 0; r < ix->n; r++)
+			if (tq_index_id(ix, r) > mx)
+				mx = tq_index_id(ix, r);
+		if (mx > UINT64_MAX - nnew)
+			return tq_fail(TQ_ERR_OVERFLOW, "the new ids would "
+			    "pass 2^64 - 1; give them with an ids file");
+		next = mx + 1;
+	}
+	total = ix->live + nnew;
+
+	TQ_TRY(tq_fw_open(out, TQ_FILE_INDEX, 12, &b->fw));
+	TQ_TRY(tq_quantizer_write_sections(q, b->fw));
+	TQ_TRY(write_ipar(b, total, (total + TQ_BLOCK - 1) / TQ_BLOCK));
+	TQ_TRY(reserve_rows(b, total, (total + TQ_BLOCK - 1) / TQ_BLOCK));
+
+	for (uint64_t r = 0; r < ix->n; r++) {
+		const float *fs = ix->factors + r / TQ_BLOCK * TQ_BLOCK *
+		    TQ_NFACTORS;
+		unsigned j = (unsigned)(r % TQ_BLOCK);
+
+		if (row_dead(ix, r))
+			continue;
+		tq_unpack_block_row(q, ix->codes + r / TQ_BLOCK *
+		    ix->block_bytes, j, b->codes + at * dim);
+		for (unsigned f = 0; f < TQ_NFACTORS; f++)
+			b->factors[at * TQ_NFACTORS + f] = fs[f * TQ_BLOCK + j];
+		memcpy(b->idbuf + 8 * at, ix->ids + 8 * r, 8);
+		if (ow > 0)
+			memcpy(b->obuf + at * dim * ow, ix->orig + r * dim * ow,
+			    dim * ow);
+		if (++at == b->chunk) {
+			TQ_TRY(merge_flush(b, at));
+			at = 0;
+		}
+	}
+	for (row = 0; row < nnew; row += got) {
+		size_t want = b->chunk - at;
+
+		if (nnew - row < want)
+			want = (size_t)(nnew - row);
+		TQ_TRY(source_read(src, b->x + at * dim, want, &got));
+		if (got < want)
+			return tq_fail(TQ_ERR_FORMAT, "truncated: expected "
+			    "%llu rows, got %llu", (unsigned long long)nnew,
+			    (unsigned long long)(row + got));
+		TQ_TRY(encode_chunk(q, b->x + at * dim, got, threads,
+		    b->codes + at * dim, b->factors + at * TQ_NFACTORS));
+		if (b->ids != NULL) {
+			size_t gi;
+
+			TQ_TRY(tq_ids_read(b->ids, b->idtmp, got, &gi));
+			if (gi < got)
+				return tq_fail(TQ_ERR_MISMATCH, "the ids file "
+				    "has %llu ids but the corpus has more rows",
+				    (unsigned long long)(row + gi));
+			for (size_t i = 0; i < got; i++)
+				wr_le64(b->idbuf + 8 * (at + i), b->idtmp[i]);
+		} else {
+			for (size_t i = 0; i < got; i++)
+				wr_le64(b->idbuf + 8 * (at + i), next + row + i);
+		}
+		if (ow > 0)
+			convert_originals(q, ix->originals, b->x + at * dim,
+			    got, b->obuf + at * dim * ow);
+		at += got;
+		if (at == b->chunk) {
+			TQ_TRY(merge_flush(b, at));
+			at = 0;
+		}
+	}
+	if (at > 0)
+		TQ_TRY(merge_flush(b, at));
+	if (src->r != NULL && src->fd < 0) {
+		TQ_TRY(tq_reader_read(src->r, b->x, 1, &got));
+		if (got != 0)
+			return tq_fail(TQ_ERR_FORMAT, "more rows than the "
+			    "header says (%llu)", (unsigned long long)nnew);
+	}
+	if (b->ids != NULL) {
+		uint64_t extra;
+
+		TQ_TRY(tq_ids_read(b->ids, &extra, 1, &got));
+		if (got != 0)
+			return tq_fail(TQ_ERR_MISMATCH, "the ids file has "
+			    "more ids than the corpus has rows (%llu)",
+			    (unsigned long long)nnew);
+	}
+	return TQ_OK;
+}
+
+enum tq_status
+tq_index_append(const char *path, struct tq_reader *corpus,
+    struct tq_ids_reader *ids, const struct tq_build_params *p,
+    const char *out)
+{
+	struct tq_build_params bp;
+	struct tq_index *ix;
+	struct build b;
+	struct source src = { corpus, -1, 0, 0, 0 };
+	enum tq_status rc;
+
+	tq_clear_detail();
+	if (path == NULL || out == NULL)
+		return tq_fail(TQ_ERR_ARG, "append: NULL argument");
+	TQ_TRY(tq_file_verify(path));
+	TQ_TRY(tq_index_open(path, &ix));
+	if (corpus != NULL && tq_reader_dim(corpus) != ix->q->dim) {
+		rc = tq_fail(TQ_ERR_MISMATCH, "dimension %u does not match "
+		    "the index (%u)", tq_reader_dim(corpus), ix->q->dim);
+		tq_index_close(ix);
+		return rc;
+	}
+	if (p != NULL)
+		bp = *p;
+	else
+		tq_build_params_default(&bp);
+	bp.originals = ix->originals;
+	src.dim = ix->q->dim;
+	memset(&b, 0, sizeof(b));
+	b.q = ix->q;
+	b.p = &bp;
+	b.ids = corpus != NULL ? ids : NULL;
+	if ((rc = build_alloc(&b)) == TQ_OK)
+		rc = append_run(&b, ix, &src, out);
+	if (rc == TQ_OK)
+		rc = tq_fw_commit(b.fw);	/* frees fw either way */
+	else
+		tq_fw_abort(b.fw);
+	if (src.fd >= 0)
+		close(src.fd);
+	build_free(&b);
+	tq_index_close(ix);
+	return rc;
+}
+
+enum tq_status
+tq_index_compact(const char *path, const struct tq_build_params *p,
+    const char *out)
+{
+	return tq_index_append(path, NULL, NULL, p, out);
 }

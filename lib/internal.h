@@ -183,6 +183,11 @@ unsigned tq_ncpu(void);
  *       Padding rows (past n) are zero.
  * IDS   n u64 external ids.
  * ORIG  n * dim f32 or f16 originals (for cosine: normalised).
+ * TOMB  optional: ceil(n/8) bytes, a bitmap of deleted rows: row i is
+ *       bit (i % 8) of byte i / 8, 1 = deleted.  Bits past n are zero and
+ *       at least one row is live.  Codes, factors, ids and originals of a
+ *       deleted row stay as they were; searches skip it.  Absent: no row
+ *       is deleted.
  */
 #define TQ_TAG_QPAR TQ_TAG('Q', 'P', 'A', 'R')
 #define TQ_TAG_ROTM TQ_TAG('R', 'O', 'T', 'M')
@@ -193,6 +198,7 @@ unsigned tq_ncpu(void);
 #define TQ_TAG_FACT TQ_TAG('F', 'A', 'C', 'T')
 #define TQ_TAG_IDS  TQ_TAG('I', 'D', 'S', ' ')
 #define TQ_TAG_ORIG TQ_TAG('O', 'R', 'I', 'G')
+#define TQ_TAG_TOMB TQ_TAG('T', 'O', 'M', 'B')
 
 #define TQ_QPAR_SIZE 64u
 #define TQ_IPAR_SIZE 64u
@@ -363,6 +369,12 @@ void tq_fw_abort(struct tq_filewriter *fw);
  * descriptor and the malloc'd name, or -1 with errno set.
  */
 int tq_tmpfile_beside(const char *path, char **tmpname);
+/*
+ * 1 if path exists and is neither a regular file nor a directory (a
+ * device such as /dev/null, a FIFO, a socket): such a destination is
+ * written in place, never replaced by rename.
+ */
+int tq_path_is_special(const char *path);
 
 /* ------------------------------------------------------------------------ */
 /* Index internals                                                           */
@@ -378,7 +390,28 @@ struct tq_index {
 	const float *factors;		/* nblocks * 32 * 3 (aligned, LE host) */
 	const uint8_t *ids;		/* n * 8, little-endian */
 	const uint8_t *orig;		/* n * dim * (4 or 2) */
+	const uint8_t *tomb;		/* ceil(n/8) bytes, or NULL */
+	uint64_t live;			/* rows not deleted */
 };
+
+/* An allow-list: bit j of word b = row 32 b + j allowed (and live). */
+struct tq_filter {
+	const struct tq_index *ix;
+	uint32_t *words;		/* nblocks */
+	uint64_t count;
+};
+
+/* Bit j of the result: row 32 b + j is deleted. */
+static inline uint32_t
+tq_tomb_word(const struct tq_index *ix, uint64_t b)
+{
+	uint64_t len = (ix->n + 7) / 8, at = 4 * b;
+	uint32_t w = 0;
+
+	for (unsigned i = 0; i < 4 && at + i < len; i++)
+		w |= (uint32_t)ix->tomb[at + i] << (8 * i);
+	return w;
+}
 
 static inline uint64_t tq_index_id(const struct tq_index *ix, uint64_t i)
 {

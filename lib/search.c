@@ -26,6 +26,12 @@
  * keys are computed by the same expression in every thread; and the heaps
  * order (key, row) totally, so heaps filled over disjoint ranges of blocks
  * merge into exactly the heap of the whole scan.
+ *
+ * Deleted rows (TOMB) and rows outside an allow-list are masked with one
+ * 32-bit word per block: a block whose word is zero is not scanned, and a
+ * masked row never reaches a heap.  Range search scans every query over
+ * all blocks in one thread per query range and collects candidates in a
+ * growable array instead of a heap.
  */
 #include <float.h>
 #include <math.h>
@@ -63,6 +69,7 @@ tq_search_params_default(struct tq_search_params *p)
 	p->k = 10;
 	p->oversample = 1.0f;
 	p->threads = 0;
+	p->allow = NULL;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -194,6 +201,15 @@ struct ctx {
 	uint32_t dim;
 	uint32_t k;
 	int rerank;
+	/* Rows to skip: deleted, or outside the allow-list. */
+	int masked;
+	const uint32_t *allow;	/* one word per block, or NULL */
+	/* Range search: keys >= rkey pass; at most rmax results (0: all). */
+	int range;
+	float rkey;
+	size_t rmax;
+	float rsigma;		/* error std of <R q, yhat> per unit |q| */
+	struct rres *rres;	/* results of the chunk's queries */
 	/* The chunk: queries as scored (normalised for cosine), R q. */
 	const float *qv;
 	const float *rq;
@@ -219,7 +235,55 @@ struct worker {
 	struct tq_topk cand[QTILE];	/* (estimated key, row) */
 	struct tq_topk fin;	/* results: (final key, external id) */
 	uint8_t *codes;		/* dim unpacked codes, for refinement */
+	struct hit *hits;	/* range search candidates, growable */
+	size_t nhits, caphits;
 };
+
+struct hit {
+	float key;
+	uint64_t id;
+};
+
+/* The range results of one query. */
+struct rres {
+	struct hit *h;
+	size_t n;
+	int nomem;
+};
+
+/* Bit j: row 32 b + j may be returned (live and allowed). */
+static uint32_t
+block_mask(const struct ctx *c, uint64_t b)
+{
+	const struct tq_index *ix = c->ix;
+	uint32_t m = ~0u;
+
+	if (ix->tomb != NULL)
+		m &= ~tq_tomb_word(ix, b);
+	if (c->allow != NULL)
+		m &= c->allow[b];
+	return m;
+}
+
+/*
+ * The next run of blocks to scan from *b (< b1): with a mask, blocks with
+ * nothing to return are skipped and the run ends before the next such
+ * block.  Returns the run's length (0: none left).
+ */
+static size_t
+next_run(const struct ctx *c, uint64_t *b, uint64_t b1)
+{
+	size_t nb;
+
+	if (!c->masked)
+		return b1 - *b < SCAN_BLOCKS ? (size_t)(b1 - *b) : SCAN_BLOCKS;
+	while (*b < b1 && block_mask(c, *b) == 0)
+		(*b)++;
+	for (nb = 0; nb < SCAN_BLOCKS && *b + nb < b1 &&
+	    block_mask(c, *b + nb) != 0; nb++)
+		;
+	return nb;
+}
 
 /* Scans blocks [b0, b1) for query i of the chunk into heap h. */
 static void
@@ -233,9 +297,9 @@ scan_range(struct worker *w, const struct tq_lut *t, size_t i, uint64_t b0,
 	float qn2 = c->qn2[i];
 	int l2 = c->metric == TQ_METRIC_L2;
 	uint64_t b;
+	size_t nb;
 
-	for (b = b0; b < b1; b += SCAN_BLOCKS) {
-		size_t nb = b1 - b < SCAN_BLOCKS ? (size_t)(b1 - b) : SCAN_BLOCKS;
+	for (b = b0; (nb = next_run(c, &b, b1)) > 0; b += nb) {
 		size_t bi;
 
 		c->scan(ix->codes + b * ix->block_bytes, nb, ix->block_bytes,
@@ -245,6 +309,7 @@ scan_range(struct worker *w, const struct tq_lut *t, size_t i, uint64_t b0,
 			    TQ_NFACTORS;
 			const uint32_t *acc = w->acc + bi * TQ_BLOCK;
 			uint64_t row = (b + bi) * TQ_BLOCK;
+			uint32_t mask = c->masked ? block_mask(c, b + bi) : ~0u;
 			unsigned j, nj = TQ_BLOCK;
 
 			if (ix->n - row < TQ_BLOCK)
@@ -255,6 +320,8 @@ scan_range(struct worker *w, const struct tq_lut *t, size_t i, uint64_t b0,
 				float key = l2 ? -(qn2 - 2.0f * ip +
 				    fs[2 * TQ_BLOCK + j]) : ip;
 
+				if ((mask >> j & 1) == 0)
+					continue;
 				/* The heap's root is its worst entry. */
 				if (h->len == h->k && key < h->key[0])
 					continue;
@@ -358,6 +425,120 @@ finish(struct worker *w, size_t i, const struct tq_topk *cand)
 	}
 }
 
+/* Best first: higher key, then smaller id. */
+static int
+cmp_hit(const void *a, const void *b)
+{
+	const struct hit *x = a, *y = b;
+
+	if (x->key != y->key)
+		return x->key > y->key ? -1 : 1;
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static int
+add_hit(struct worker *w, float key, uint64_t id)
+{
+	if (w->nhits == w->caphits) {
+		size_t cap = w->caphits ? 2 * w->caphits : 256;
+		struct hit *h;
+
+		if (cap > SIZE_MAX / sizeof(*h) ||
+		    (h = realloc(w->hits, cap * sizeof(*h))) == NULL)
+			return -1;
+		w->hits = h;
+		w->caphits = cap;
+	}
+	w->hits[w->nhits].key = key;
+	w->hits[w->nhits].id = id;
+	w->nhits++;
+	return 0;
+}
+
+/*
+ * Range search of query i of the chunk.  Every returnable row whose
+ * estimated key passes the radius loosened by a margin becomes a
+ * candidate; the margin is, scaled by the row's s, RANGE_Z standard
+ * deviations of the estimator's error for a random rotation plus the
+ * worst case of the table rounding (half a step per field).  Candidates
+ * are then scored exactly (originals) or with float tables.
+ */
+#define RANGE_Z 6.0
+static void
+range_one(struct worker *w, size_t i)
+{
+	const struct ctx *c = w->c;
+	const struct tq_index *ix = c->ix;
+	const struct tq_quantizer *q = c->q;
+	struct tq_lut *t = &w->lut[0];
+	struct rres *res = &c->rres[i];
+	int l2 = c->metric == TQ_METRIC_L2;
+	float qc = c->qc[i], qn2 = c->qn2[i], margin_q;
+	uint64_t b;
+	size_t nb, e, kept = 0;
+
+	tq_lut_build(q, c->rq + i * c->dim, t);
+	margin_q = (float)(c->rsigma * sqrt((double)qn2) +
+	    0.5 * (double)t->scale * (double)q->nfields);
+	w->nhits = 0;
+	for (b = 0; (nb = next_run(c, &b, ix->nblocks)) > 0; b += nb) {
+		c->scan(ix->codes + b * ix->block_bytes, nb, ix->block_bytes,
+		    q->nfields, q->field_bits, t->lut, w->acc);
+		for (size_t bi = 0; bi < nb; bi++) {
+			const float *fs = ix->factors + (b + bi) * TQ_BLOCK *
+			    TQ_NFACTORS;
+			const uint32_t *acc = w->acc + bi * TQ_BLOCK;
+			uint64_t row = (b + bi) * TQ_BLOCK;
+			uint32_t mask = c->masked ? block_mask(c, b + bi) : ~0u;
+			unsigned j, nj = TQ_BLOCK;
+
+			if (ix->n - row < TQ_BLOCK)
+				nj = (unsigned)(ix->n - row);
+			for (j = 0; j < nj; j++) {
+				float ip = fs[j] * (t->scale * (float)acc[j] +
+				    t->bias) + fs[TQ_BLOCK + j] + qc;
+				float key = l2 ? -(qn2 - 2.0f * ip +
+				    fs[2 * TQ_BLOCK + j]) : ip;
+				float m = fabsf(fs[j]) * margin_q;
+
+				if ((mask >> j & 1) == 0)
+					continue;
+				m = (l2 ? 2.0f * m : m) +
+				    1e-4f * (fabsf(key) + fabsf(qn2)) + 1e-6f;
+				if (key + m >= c->rkey &&
+				    add_hit(w, key, row + j) != 0) {
+					res->nomem = 1;
+					return;
+				}
+			}
+		}
+	}
+	/* Exact (or float-table) scores of the candidates. */
+	for (e = 0; e < w->nhits; e++) {
+		uint64_t r = w->hits[e].id;
+		float key = ix->originals != TQ_ORIG_NONE ?
+		    exact_key(c, c->qv + i * c->dim, r) :
+		    refined_key(c, w, i, r);
+
+		if (key >= c->rkey) {
+			w->hits[kept].key = key;
+			w->hits[kept].id = tq_index_id(ix, r);
+			kept++;
+		}
+	}
+	qsort(w->hits, kept, sizeof(*w->hits), cmp_hit);
+	if (c->rmax > 0 && kept > c->rmax)
+		kept = c->rmax;
+	res->n = kept;
+	if (kept > 0) {
+		if ((res->h = tq_mallocarray(kept, sizeof(*res->h))) == NULL) {
+			res->nomem = 1;
+			return;
+		}
+		memcpy(res->h, w->hits, kept * sizeof(*res->h));
+	}
+}
+
 static void *
 run(void *arg)
 {
@@ -365,6 +546,11 @@ run(void *arg)
 	const struct ctx *c = w->c;
 	size_t i;
 
+	if (c->range) {
+		for (i = w->q0; i < w->q1; i++)
+			range_one(w, i);
+		return NULL;
+	}
 	if (w->by_blocks) {
 		tq_topk_reset(&w->cand[0]);
 		scan_range(w, c->lut, c->query, w->b0, w->b1, &w->cand[0]);
@@ -450,6 +636,7 @@ scratch_free(struct scratch *s)
 			}
 			free(s->w[t].acc);
 			free(s->w[t].codes);
+			free(s->w[t].hits);
 			tq_topk_free(&s->w[t].fin);
 		}
 	free(s->w);
@@ -496,6 +683,41 @@ scratch_alloc(struct scratch *s, const struct tq_quantizer *q, unsigned nw,
 	    (cosine && s->qv == NULL))
 		return tq_fail(TQ_ERR_NOMEM, "search: query buffers");
 	return TQ_OK;
+}
+
+/*
+ * Prepares m queries: normalised (cosine), <q, c>, |q|^2 and R q into the
+ * scratch, and points c at them.
+ */
+static void
+prepare(const struct tq_quantizer *q, const float *qv, size_t m,
+    struct scratch *s, struct ctx *c)
+{
+	uint32_t dim = q->dim;
+	int cosine = q->metric == TQ_METRIC_COSINE;
+
+	for (size_t i = 0; i < m; i++) {
+		const float *x = qv + i * dim;
+		double qc = 0.0, n2 = 0.0;
+		uint32_t d;
+
+		if (cosine) {
+			n2 = tq_normalise(x, dim, s->qv + i * dim);
+			x = s->qv + i * dim;
+		} else {
+			for (d = 0; d < dim; d++)
+				n2 += (double)x[d] * (double)x[d];
+		}
+		if (q->centre != NULL)
+			for (d = 0; d < dim; d++)
+				qc += (double)x[d] * (double)q->centre[d];
+		s->qc[i] = (float)qc;
+		s->qn2[i] = (float)n2;
+	}
+	if (cosine)
+		qv = s->qv;
+	tq_rotate(q, qv, m, s->rq);
+	c->qv = qv;
 }
 
 /* Searches one prepared chunk of m queries with up to nw workers. */
@@ -573,6 +795,9 @@ tq_search(const struct tq_index *ix, const float *queries, size_t nq,
 		return tq_fail(TQ_ERR_NOORIG, "re-rank (oversample %g) needs "
 		    "the originals, and the index has none",
 		    (double)p->oversample);
+	if (p->allow != NULL && p->allow->ix != ix)
+		return tq_fail(TQ_ERR_ARG, "the filter was made for another "
+		    "index");
 	q = ix->q;
 	dim = q->dim;
 	TQ_TRY(check_queries(queries, nq, dim));
@@ -626,6 +851,8 @@ tq_search(const struct tq_index *ix, const float *queries, size_t nq,
 	c.dim = dim;
 	c.k = p->k;
 	c.rerank = p->oversample > 1.0f;
+	c.allow = p->allow != NULL ? p->allow->words : NULL;
+	c.masked = c.allow != NULL || ix->tomb != NULL;
 	c.rq = s.rq;
 	c.qc = s.qc;
 	c.qn2 = s.qn2;
@@ -637,35 +864,170 @@ tq_search(const struct tq_index *ix, const float *queries, size_t nq,
 
 	for (c0 = 0; c0 < nq; c0 += chunk) {
 		size_t m = nq - c0 < chunk ? nq - c0 : chunk;
-		const float *qv = queries + c0 * dim;
 
-		for (i = 0; i < m; i++) {
-			const float *x = qv + i * dim;
-			double qc = 0.0, n2 = 0.0;
-			uint32_t d;
-
-			if (cosine) {
-				n2 = tq_normalise(x, dim, s.qv + i * dim);
-				x = s.qv + i * dim;
-			} else {
-				for (d = 0; d < dim; d++)
-					n2 += (double)x[d] * (double)x[d];
-			}
-			if (q->centre != NULL)
-				for (d = 0; d < dim; d++)
-					qc += (double)x[d] *
-					    (double)q->centre[d];
-			s.qc[i] = (float)qc;
-			s.qn2[i] = (float)n2;
-		}
-		if (cosine)
-			qv = s.qv;
-		tq_rotate(q, qv, m, s.rq);
-		c.qv = qv;
+		prepare(q, queries + c0 * dim, m, &s, &c);
 		c.ids = ids + c0 * p->k;
 		c.scores = scores + c0 * p->k;
 		search_chunk(&c, &s, m);
 	}
 	scratch_free(&s);
 	return TQ_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Range search                                                              */
+
+/*
+ * MSE distortion of a unit vector under the Lloyd-Max codebook of 1..4
+ * bits (Gaussian limit of the coordinate law): |u - yhat|^2.
+ */
+static const double distortion[5] = { 0, 0.3634, 0.1175, 0.03454, 0.009497 };
+
+void
+tq_range_free(struct tq_range *r)
+{
+	if (r == NULL)
+		return;
+	free(r->off);
+	free(r->ids);
+	free(r->scores);
+	memset(r, 0, sizeof(*r));
+}
+
+enum tq_status
+tq_search_range(const struct tq_index *ix, const float *queries, size_t nq,
+    const struct tq_search_params *p, float radius, size_t max,
+    struct tq_range *out)
+{
+	struct tq_search_params def;
+	const struct tq_quantizer *q;
+	struct scratch s;
+	struct ctx c;
+	struct rres *rres = NULL;
+	size_t chunk, c0, i, total = 0, cap = 0;
+	unsigned nw, t;
+	double dd;
+	enum tq_status st;
+
+	if (out == NULL)
+		return tq_fail(TQ_ERR_ARG, "search: NULL argument");
+	memset(out, 0, sizeof(*out));
+	if (ix == NULL || (nq > 0 && queries == NULL))
+		return tq_fail(TQ_ERR_ARG, "search: NULL argument");
+	if (p == NULL) {
+		tq_search_params_default(&def);
+		p = &def;
+	}
+	if (isnan(radius))
+		return tq_fail(TQ_ERR_ARG, "radius is NaN");
+	if (p->allow != NULL && p->allow->ix != ix)
+		return tq_fail(TQ_ERR_ARG, "the filter was made for another "
+		    "index");
+	q = ix->q;
+	TQ_TRY(check_queries(queries, nq, q->dim));
+	out->nq = nq;
+	if ((out->off = tq_callocarray(nq + 1, sizeof(size_t))) == NULL)
+		return tq_fail(TQ_ERR_NOMEM, "out of memory");
+	if (nq == 0)
+		return TQ_OK;
+
+	chunk = QCHUNK_FLOATS / q->dim;
+	if (chunk > QCHUNK_MAX)
+		chunk = QCHUNK_MAX;
+	if (chunk < 1)
+		chunk = 1;
+	if (chunk > nq)
+		chunk = nq;
+	nw = p->threads ? p->threads : tq_ncpu();
+	if (nw > 1024)
+		nw = 1024;
+	if (nw > chunk)
+		nw = (unsigned)chunk;
+	st = scratch_alloc(&s, q, nw, chunk, 1, 1,
+	    q->metric == TQ_METRIC_COSINE);
+	if (st == TQ_OK && (rres = tq_callocarray(chunk, sizeof(*rres))) ==
+	    NULL)
+		st = tq_fail(TQ_ERR_NOMEM, "out of memory");
+	if (st != TQ_OK)
+		goto fail;
+
+	memset(&c, 0, sizeof(c));
+	c.ix = ix;
+	c.q = q;
+	c.scan = tq_scan_kernel();
+	c.metric = q->metric;
+	c.dim = q->dim;
+	c.rq = s.rq;
+	c.qc = s.qc;
+	c.qn2 = s.qn2;
+	c.allow = p->allow != NULL ? p->allow->words : NULL;
+	c.masked = c.allow != NULL || ix->tomb != NULL;
+	c.range = 1;
+	c.rkey = q->metric == TQ_METRIC_L2 ? -radius : radius;
+	c.rmax = max;
+	c.rres = rres;
+	/* Error std of <R q, yhat> s / |q|: sqrt(D / (1 - D) / d). */
+	dd = distortion[q->bits];
+	c.rsigma = (float)(RANGE_Z * sqrt(dd / (1.0 - dd) / (double)q->dim));
+	if (c.rsigma > sqrt(dd / (1.0 - dd)))
+		c.rsigma = (float)sqrt(dd / (1.0 - dd));
+	for (t = 0; t < nw; t++)
+		s.w[t].c = &c;
+
+	for (c0 = 0; c0 < nq; c0 += chunk) {
+		size_t m = nq - c0 < chunk ? nq - c0 : chunk;
+		unsigned n = nw < m ? nw : (unsigned)m;
+
+		prepare(q, queries + c0 * q->dim, m, &s, &c);
+		memset(rres, 0, m * sizeof(*rres));
+		for (t = 0; t < n; t++) {
+			s.w[t].q0 = m * t / n;
+			s.w[t].q1 = m * (t + 1) / n;
+		}
+		run_all(s.w, n);
+		for (i = 0; i < m && st == TQ_OK; i++) {
+			if (rres[i].nomem) {
+				st = tq_fail(TQ_ERR_NOMEM, "range search: out "
+				    "of memory");
+				break;
+			}
+			if (total + rres[i].n > cap) {
+				size_t nc = 2 * cap > total + rres[i].n ?
+				    2 * cap : total + rres[i].n + 1024;
+				uint64_t *ni = realloc(out->ids,
+				    nc * sizeof(*ni));
+				float *ns;
+
+				if (ni != NULL)
+					out->ids = ni;
+				ns = ni == NULL ? NULL :
+				    realloc(out->scores, nc * sizeof(*ns));
+				if (ns == NULL) {
+					st = tq_fail(TQ_ERR_NOMEM, "range "
+					    "search: out of memory");
+					break;
+				}
+				out->scores = ns;
+				cap = nc;
+			}
+			for (size_t e = 0; e < rres[i].n; e++) {
+				out->ids[total + e] = rres[i].h[e].id;
+				out->scores[total + e] = q->metric ==
+				    TQ_METRIC_L2 ? -rres[i].h[e].key :
+				    rres[i].h[e].key;
+			}
+			total += rres[i].n;
+			out->off[c0 + i + 1] = total;
+		}
+		for (i = 0; i < m; i++)
+			free(rres[i].h);
+		if (st != TQ_OK)
+			break;
+	}
+fail:
+	free(rres);
+	scratch_free(&s);
+	if (st != TQ_OK)
+		tq_range_free(out);
+	return st;
 }

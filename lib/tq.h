@@ -317,32 +317,124 @@ struct tq_index;
  * Maps an index file read-only and validates its header, section table,
  * every section's size and offset and the quantizer parameters before any
  * use.  Checksums are not verified here (see tq_file_verify); the open
- * costs no work proportional to the number of vectors.
+ * costs no work proportional to the number of vectors, except that the
+ * deleted-row bitmap of an index that has one (n/8 bytes) is counted.
  */
 enum tq_status tq_index_open(const char *path, struct tq_index **out);
 void tq_index_close(struct tq_index *ix);
 
 const struct tq_quantizer *tq_index_quantizer(const struct tq_index *ix);
+/* Rows stored in the index, deleted ones included. */
 uint64_t tq_index_count(const struct tq_index *ix);
+/* Rows not deleted (>= 1): the vectors a search can return. */
+uint64_t tq_index_live(const struct tq_index *ix);
 enum tq_originals tq_index_originals(const struct tq_index *ix);
+
+/*
+ * Mutating an index.  An index file is never changed in place: each of
+ * these reads the index at `path`, checks every section checksum (so a
+ * damaged file is not laundered into a valid one), writes the result to a
+ * temporary file beside `out` and renames it into place after fsync.
+ * `out` may equal `path`; until the rename the old file stays complete,
+ * and on failure it is untouched and no temporary file is left.  An open
+ * struct tq_index of the old file keeps reading the old contents.
+ *
+ * tq_index_delete marks the rows whose external id is in ids[0..nids) as
+ * deleted in a TOMB section (tq(5)); codes, factors, ids and originals
+ * are copied byte for byte.  Ids that are not in the index, or whose rows
+ * are already deleted, are ignored; *deleted (if not NULL) receives the
+ * number of rows newly marked.  Every row with a listed id is deleted
+ * (ids need not be unique).  Fails with TQ_ERR_EMPTY ("would delete
+ * every vector") if no live row would remain: an index holds at least
+ * one live vector.
+ *
+ * tq_index_append writes the live rows of the index, in order, followed
+ * by the rows of `corpus` encoded with the index's own quantizer (no
+ * fitting): deleted rows are compacted away, and the new rows get
+ * originals in the index's format iff it has originals (p->originals is
+ * ignored; p->threads is used).  `ids` gives one id per new row; when
+ * NULL the new ids continue from one more than the largest id of any row
+ * of the old file (deleted rows included).  With the same quantizer and
+ * ids, the result is byte for byte the file tq_build would make from the
+ * old rows and the new ones.  `corpus` NULL only compacts (tq_index_
+ * compact); otherwise an empty corpus fails with TQ_ERR_EMPTY.
+ */
+enum tq_status tq_index_delete(const char *path, const uint64_t *ids,
+    size_t nids, const char *out, uint64_t *deleted);
+enum tq_status tq_index_append(const char *path, struct tq_reader *corpus,
+    struct tq_ids_reader *ids, const struct tq_build_params *p,
+    const char *out);
+/* tq_index_append with no new rows: drops the deleted rows. */
+enum tq_status tq_index_compact(const char *path,
+    const struct tq_build_params *p, const char *out);
+
+/*
+ * An allow-list for searches: the set of rows of one open index whose
+ * external id is in ids[0..n).  Ids not in the index are ignored.  Memory
+ * is one bit per row of the index plus a sorted copy of the ids while it
+ * is built (O(n log n + rows log n) time).  The filter refers to `ix`,
+ * which must stay open while the filter is used, and may be shared by
+ * any number of threads.
+ */
+struct tq_filter;
+enum tq_status tq_filter_create(const struct tq_index *ix,
+    const uint64_t *ids, size_t n, struct tq_filter **out);
+/* Live rows that the filter allows. */
+uint64_t tq_filter_count(const struct tq_filter *f);
+void tq_filter_free(struct tq_filter *f);
 
 struct tq_search_params {
 	uint32_t k;		/* results per query, >= 1 */
 	float oversample;	/* > 1: re-rank k*oversample candidates exactly
 				   from the stored originals; <= 1: no re-rank */
 	unsigned threads;	/* 0 = all cores; results never depend on it */
+	const struct tq_filter *allow;	/* NULL: every live row; else only
+				   the rows it allows (built for this index) */
 };
+/* k 10, oversample 1, threads 0, allow NULL. */
 void tq_search_params_default(struct tq_search_params *p);
 
 /*
  * Searches nq queries (nq*dim floats).  Writes nq*k ids and scores, best
  * first, ties broken by smaller id.  Scores follow the metric (squared
- * distance for l2).  If the index holds fewer than k vectors the missing
- * slots get id UINT64_MAX and score NaN.
+ * distance for l2).  Deleted rows and rows outside p->allow are never
+ * returned; blocks of 32 rows with none left are not scanned at all.  If
+ * fewer than k rows can be returned, the missing slots get id UINT64_MAX
+ * and score NaN.
  */
 enum tq_status tq_search(const struct tq_index *ix, const float *queries,
     size_t nq, const struct tq_search_params *p, uint64_t *ids,
     float *scores);
+
+/*
+ * Range search: every row within `radius` of each query, best first (ties
+ * by smaller id).  For l2 the radius is compared with the squared
+ * distance, like the scores: score <= radius.  For ip and cosine: score
+ * >= radius.  With originals in the index, every row whose estimated
+ * score passes the radius loosened by a safety margin (six standard
+ * deviations of the estimator's error for this row and query, plus the
+ * bound of the table rounding) is checked exactly and kept iff its exact
+ * score passes; a true result is missed only if the estimate errs by more
+ * than the margin.  Without originals the estimate (float tables) is
+ * compared with the radius directly.  p->k and p->oversample are
+ * ignored; p->threads and p->allow apply.  `max` > 0 keeps only the best
+ * `max` results of each query.
+ *
+ * The results of query i are ids[off[i] .. off[i+1]) and the same range
+ * of scores.  All three arrays are malloc'd by the call into *out and
+ * belong to the caller, who releases them with tq_range_free (also after
+ * a failure, when they are NULL).
+ */
+struct tq_range {
+	size_t nq;
+	size_t *off;		/* nq + 1 offsets, off[0] = 0 */
+	uint64_t *ids;
+	float *scores;
+};
+enum tq_status tq_search_range(const struct tq_index *ix,
+    const float *queries, size_t nq, const struct tq_search_params *p,
+    float radius, size_t max, struct tq_range *out);
+void tq_range_free(struct tq_range *r);
 
 /*
  * Exact top-k by brute force (BLAS sgemm), streaming the corpus from a
@@ -384,6 +476,7 @@ struct tq_file_info {
 	int scale_search;
 	/* index (zero for a quantizer file) */
 	uint64_t count;
+	uint64_t live;			/* rows not deleted */
 	enum tq_originals originals;
 	double bytes_per_vector;	/* codes + factors + ids */
 	double original_bytes_per_vector;

@@ -1416,7 +1416,9 @@ struct tq_writer {
 	uint64_t declared;	/* rows promised at open, or TQ_COUNT_UNKNOWN */
 	uint64_t written;
 	int fd;			/* temporary file, spool or standard output */
-	int to_stdout;
+	int to_stdout;		/* a stream: stdout or a device/FIFO */
+	int outfd;		/* its descriptor */
+	int own_outfd;		/* opened here (a device or FIFO path) */
 	int spool;		/* fd is an unlinked spool copied at commit */
 	char *dest;		/* final path; NULL for standard output */
 	char *tmp;		/* temporary path, unlinked on failure */
@@ -1568,6 +1570,8 @@ w_free(struct tq_writer *w)
 
 	if (w->fd >= 0 && !(w->to_stdout && !w->spool))
 		close(w->fd);
+	if (w->own_outfd)
+		close(w->outfd);
 	if (w->tmp != NULL)
 		unlink(w->tmp);
 	free(w->tmp);
@@ -1609,13 +1613,29 @@ tq_writer_open(const char *path, enum tq_vecfmt fmt, uint32_t dim,
 		w_free(w);
 		return tq_fail(TQ_ERR_NOMEM, "out of memory");
 	}
-	if (strcmp(path, "-") == 0) {
+	w->outfd = STDOUT_FILENO;
+	st = TQ_OK;
+	if (strcmp(path, "-") != 0 && tq_path_is_special(path)) {
+		/*
+		 * A device or FIFO (/dev/null, a named pipe) is written in
+		 * place like standard output: renaming a temporary file
+		 * over it would replace the device with a regular file.
+		 */
+		w->outfd = open(path, O_WRONLY | O_CLOEXEC);
+		if (w->outfd < 0)
+			st = tq_fail(TQ_ERR_IO, "open: %s", strerror(errno));
+		else
+			w->own_outfd = 1;
+	}
+	if (st != TQ_OK) {
+		/* reported below */
+	} else if (strcmp(path, "-") == 0 || w->own_outfd) {
 		w->to_stdout = 1;
 		if (fmt == TQ_VEC_FIXTURE && n == TQ_COUNT_UNKNOWN) {
 			w->spool = 1;
 			st = open_spool(&w->fd);
 		} else {
-			w->fd = STDOUT_FILENO;
+			w->fd = w->outfd;
 			st = TQ_OK;
 		}
 	} else {
@@ -1717,14 +1737,14 @@ w_unspool(struct tq_writer *w)
 	size_t got;
 
 	fixture_header(hdr, w->dim, w->written);
-	TQ_TRY(write_all(STDOUT_FILENO, hdr, 8));
+	TQ_TRY(write_all(w->outfd, hdr, 8));
 	if (lseek(w->fd, 0, SEEK_SET) != 0)
 		return tq_fail(TQ_ERR_IO, "seek: %s", strerror(errno));
 	for (;;) {
 		TQ_TRY(raw_read(w->fd, w->buf, BUF_SIZE, &got));
 		if (got == 0)
 			return TQ_OK;
-		TQ_TRY(write_all(STDOUT_FILENO, w->buf, got));
+		TQ_TRY(write_all(w->outfd, w->buf, got));
 	}
 }
 

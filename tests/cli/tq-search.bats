@@ -301,3 +301,17 @@ EOF
 	"$TQ_BIN/tq-search" -k 10 --oversample 20 --format ivecs -i "$FIXTURES/small.queries.bin" -o got.ivecs small.tqi
 	cmp got.ivecs "$FIXTURES/small.truth.ivecs"
 }
+
+@test "tq-search -o to a FIFO writes into it and leaves it a FIFO" {
+	mkfifo out.fifo
+	cat out.fifo > got.tsv &
+	"$TQ_BIN/tq-search" -i "$F/q.bin" -o out.fifo "$IDX"
+	wait
+	[ -p out.fifo ]
+	"$TQ_BIN/tq-search" -i "$F/q.bin" "$IDX" > want.tsv
+	cmp want.tsv got.tsv
+	run --separate-stderr "$TQ_BIN/tq-build" -o out.fifo "$F/c.bin"
+	[ "$status" -eq 1 ]
+	[[ "$stderr" == *"not a regular file"* ]]
+	[ -p out.fifo ]
+}

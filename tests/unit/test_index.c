@@ -1,0 +1,677 @@
+/*
+ * test_index.c - mutable indexes: allow-list filters and range search
+ * against brute force, deletion (TOMB) and its validation, append and
+ * compact against fresh builds.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "internal.h"
+#include "unit.h"
+
+static uint64_t rng_state = 0x2545f4914f6cdd1dull;
+
+static uint64_t
+rnd(void)
+{
+	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static float
+gauss(void)
+{
+	double u = ((double)(rnd() >> 11) + 0.5) * 0x1p-53;
+	double v = (double)(rnd() >> 11) * 0x1p-53;
+
+	return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
+}
+
+/* n rows of dim: a few clusters, so that distances vary. */
+static float *
+make_data(size_t n, uint32_t dim)
+{
+	float *x = malloc(n * dim * sizeof(float)), cent[8][64];
+
+	for (int c = 0; c < 8; c++)
+		for (uint32_t d = 0; d < dim; d++)
+			cent[c][d] = 3.0f * gauss();
+	for (size_t i = 0; i < n; i++) {
+		int c = (int)(rnd() % 8);
+
+		for (uint32_t d = 0; d < dim; d++)
+			x[i * dim + d] = cent[c][d] + gauss();
+	}
+	return x;
+}
+
+/* unit_path() into a buffer of the caller (it rotates four of its own). */
+static const char *
+path_of(char *buf, const char *name)
+{
+	snprintf(buf, 4096, "%s", unit_path(name));
+	return buf;
+}
+
+static void
+write_fixture(const char *path, const float *x, size_t n, uint32_t dim)
+{
+	FILE *fp = fopen(path, "wb");
+	uint8_t h[8];
+
+	wr_le32(h, dim);
+	wr_le32(h + 4, (uint32_t)n);
+	fwrite(h, 1, 8, fp);
+	fwrite(x, sizeof(float), n * dim, fp);
+	fclose(fp);
+}
+
+static void
+write_ids(const char *path, const uint64_t *ids, size_t n)
+{
+	FILE *fp = fopen(path, "w");
+
+	for (size_t i = 0; i < n; i++)
+		fprintf(fp, "%llu\n", (unsigned long long)ids[i]);
+	fclose(fp);
+}
+
+/* Builds an index of x (ids from idpath if not NULL) with quantizer q. */
+static enum tq_status
+build(const struct tq_quantizer *q, const float *x, size_t n,
+    const char *idpath, enum tq_originals o, const char *path)
+{
+	struct tq_build_params bp;
+	struct tq_reader *r;
+	struct tq_ids_reader *ids = NULL;
+	enum tq_status st;
+
+	write_fixture(unit_path("build.bin"), x, n, tq_quantizer_dim(q));
+	TQ_TRY(tq_reader_open(unit_path("build.bin"), NULL, &r));
+	if (idpath != NULL && (st = tq_ids_open(idpath, &ids)) != TQ_OK) {
+		tq_reader_close(r);
+		return st;
+	}
+	tq_build_params_default(&bp);
+	bp.originals = o;
+	bp.threads = 2;
+	st = tq_build(q, r, ids, &bp, path);
+	tq_ids_close(ids);
+	tq_reader_close(r);
+	return st;
+}
+
+static struct tq_quantizer *
+fit(uint32_t dim, unsigned bits, enum tq_metric m)
+{
+	struct tq_fit_params fp;
+	struct tq_quantizer *q = NULL;
+
+	tq_fit_params_default(&fp);
+	fp.dim = dim;
+	fp.bits = bits;
+	fp.metric = m;
+	CHECK_OK(tq_quantizer_fit(&fp, NULL, &q));
+	return q;
+}
+
+/* Exact score (metric convention) of x for query y. */
+static double
+score(enum tq_metric m, const float *y, const float *x, uint32_t dim)
+{
+	double s = 0, ny = 0, nx = 0;
+
+	for (uint32_t d = 0; d < dim; d++) {
+		if (m == TQ_METRIC_L2)
+			s += ((double)y[d] - x[d]) * ((double)y[d] - x[d]);
+		else
+			s += (double)y[d] * x[d];
+		ny += (double)y[d] * y[d];
+		nx += (double)x[d] * x[d];
+	}
+	if (m == TQ_METRIC_COSINE)
+		s = ny > 0 && nx > 0 ? s / sqrt(ny) / sqrt(nx) : 0;
+	return s;
+}
+
+static int
+files_equal(const char *a, const char *b)
+{
+	FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+	int ca, cb, eq = fa != NULL && fb != NULL;
+
+	while (eq) {
+		ca = getc(fa);
+		cb = getc(fb);
+		if (ca != cb)
+			eq = 0;
+		if (ca == EOF)
+			break;
+	}
+	if (fa)
+		fclose(fa);
+	if (fb)
+		fclose(fb);
+	return eq;
+}
+
+/* ------------------------------------------------------------------------ */
+
+struct cand {
+	double s;
+	uint64_t id;
+};
+
+static enum tq_metric sort_metric;
+
+static int
+cmp_cand(const void *a, const void *b)
+{
+	const struct cand *x = a, *y = b;
+
+	if (x->s != y->s)
+		return (sort_metric == TQ_METRIC_L2) == (x->s < y->s) ? -1 : 1;
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/*
+ * Filtered search re-ranking every row equals brute force over the
+ * allowed rows; k beyond them pads with UINT64_MAX / NaN.
+ */
+static void
+test_filter_one(enum tq_metric m)
+{
+	const uint32_t dim = 24, n = 300, nq = 5, k = 10;
+	struct tq_quantizer *q = fit(dim, 4, m);
+	struct tq_index *ix;
+	struct tq_filter *f;
+	struct tq_search_params sp;
+	float *x = make_data(n, dim), *qs = make_data(nq, dim), sc[300];
+	uint64_t allow[80], ids[300], na = 0;
+	struct cand c[300];
+	unsigned char in[300] = { 0 };
+
+	CHECK_OK(build(q, x, n, NULL, TQ_ORIG_F32, unit_path("f.tqi")));
+	CHECK_OK(tq_index_open(unit_path("f.tqi"), &ix));
+	for (size_t i = 0; i < 60; i++) {
+		uint64_t r = rnd() % n;
+
+		allow[na++] = r;
+		in[r] = 1;
+	}
+	allow[na++] = 100000;	/* not in the index: ignored */
+	CHECK_OK(tq_filter_create(ix, allow, na, &f));
+	tq_search_params_default(&sp);
+	sp.k = k;
+	sp.oversample = (float)n;	/* re-rank every candidate */
+	sp.allow = f;
+	sp.threads = 3;
+	CHECK_OK(tq_search(ix, qs, nq, &sp, ids, sc));
+	sort_metric = m;
+	for (size_t i = 0; i < nq; i++) {
+		size_t nc = 0;
+
+		for (uint64_t r = 0; r < n; r++)
+			if (in[r]) {
+				c[nc].s = score(m, qs + i * dim, x + r * dim,
+				    dim);
+				c[nc++].id = r;
+			}
+		qsort(c, nc, sizeof(*c), cmp_cand);
+		for (size_t j = 0; j < k; j++) {
+			CHECK(ids[i * k + j] == c[j].id);
+			CHECK(fabs(sc[i * k + j] - c[j].s) <=
+			    1e-4 * (1 + fabs(c[j].s)));
+		}
+	}
+	/* More than allowed: padding. */
+	sp.k = (uint32_t)tq_filter_count(f) + 3;
+	{
+		uint64_t *id2 = malloc(sp.k * sizeof(*id2));
+		float *s2 = malloc(sp.k * sizeof(*s2));
+
+		CHECK_OK(tq_search(ix, qs, 1, &sp, id2, s2));
+		for (uint32_t j = 0; j < sp.k; j++)
+			if (j < tq_filter_count(f))
+				CHECK(id2[j] < n && in[id2[j]]);
+			else
+				CHECK(id2[j] == UINT64_MAX && isnan(s2[j]));
+		/* Without re-rank the filter holds too. */
+		sp.oversample = 1;
+		CHECK_OK(tq_search(ix, qs, 1, &sp, id2, s2));
+		for (uint32_t j = 0; j < tq_filter_count(f); j++)
+			CHECK(id2[j] < n && in[id2[j]]);
+		free(id2);
+		free(s2);
+	}
+	tq_filter_free(f);
+	/* An empty allow-list returns nothing. */
+	CHECK_OK(tq_filter_create(ix, NULL, 0, &f));
+	CHECK(tq_filter_count(f) == 0);
+	sp.allow = f;
+	sp.k = 3;
+	CHECK_OK(tq_search(ix, qs, 1, &sp, ids, sc));
+	CHECK(ids[0] == UINT64_MAX && ids[2] == UINT64_MAX);
+	tq_filter_free(f);
+	tq_filter_free(NULL);
+	tq_index_close(ix);
+	tq_quantizer_free(q);
+	free(x);
+	free(qs);
+}
+
+static void
+test_filter(void)
+{
+	test_filter_one(TQ_METRIC_L2);
+	test_filter_one(TQ_METRIC_IP);
+	test_filter_one(TQ_METRIC_COSINE);
+}
+
+/* A filter made for one index is refused by another. */
+static void
+test_filter_other(void)
+{
+	struct tq_quantizer *q = fit(8, 4, TQ_METRIC_L2);
+	float *x = make_data(40, 8), sc[2];
+	struct tq_index *a, *b;
+	struct tq_filter *f;
+	struct tq_search_params sp;
+	uint64_t id = 3, ids[2];
+
+	CHECK_OK(build(q, x, 40, NULL, TQ_ORIG_NONE, unit_path("o.tqi")));
+	CHECK_OK(tq_index_open(unit_path("o.tqi"), &a));
+	CHECK_OK(tq_index_open(unit_path("o.tqi"), &b));
+	CHECK_OK(tq_filter_create(a, &id, 1, &f));
+	tq_search_params_default(&sp);
+	sp.k = 2;
+	sp.allow = f;
+	CHECK_ST(tq_search(b, x, 1, &sp, ids, sc), TQ_ERR_ARG);
+	CHECK_OK(tq_search(a, x, 1, &sp, ids, sc));
+	CHECK(ids[0] == 3 && ids[1] == UINT64_MAX);
+	tq_filter_free(f);
+	tq_index_close(a);
+	tq_index_close(b);
+	tq_quantizer_free(q);
+	free(x);
+}
+
+/* ------------------------------------------------------------------------ */
+
+/* Range search with originals equals brute force; results best first. */
+static void
+test_range_one(enum tq_metric m, unsigned bits, enum tq_originals o)
+{
+	const uint32_t dim = 32, n = 500, nq = 6;
+	struct tq_quantizer *q = fit(dim, bits, m);
+	struct tq_index *ix;
+	struct tq_search_params sp;
+	struct tq_range res;
+	float *x = make_data(n, dim), *qs = make_data(nq, dim);
+	struct cand c[500];
+
+	CHECK_OK(build(q, x, n, NULL, o, unit_path("r.tqi")));
+	CHECK_OK(tq_index_open(unit_path("r.tqi"), &ix));
+	tq_search_params_default(&sp);
+	sort_metric = m;
+	for (size_t i = 0; i < nq; i++) {
+		float radius;
+		size_t want = 0, got;
+
+		for (uint64_t r = 0; r < n; r++) {
+			c[r].s = score(m, qs + i * dim, x + r * dim, dim);
+			c[r].id = r;
+		}
+		qsort(c, n, sizeof(*c), cmp_cand);
+		/* Between the 40th and 41st best: no boundary ties. */
+		radius = (float)((c[39].s + c[40].s) / 2);
+		for (uint64_t r = 0; r < n; r++)
+			want += m == TQ_METRIC_L2 ? c[r].s <= radius :
+			    c[r].s >= radius;
+		sp.threads = (unsigned)(i % 3);
+		CHECK_OK(tq_search_range(ix, qs + i * dim, 1, &sp, radius, 0,
+		    &res));
+		got = res.off[1];
+		if (o != TQ_ORIG_NONE) {
+			CHECK(got == want);
+			for (size_t j = 0; j < got && j < want; j++)
+				CHECK(res.ids[j] == c[j].id);
+		} else {
+			/* Estimates: most of them, nothing far off. */
+			CHECK(got + 10 >= want && got <= want + 10);
+		}
+		for (size_t j = 1; j < got; j++)
+			CHECK(m == TQ_METRIC_L2 ?
+			    res.scores[j - 1] <= res.scores[j] :
+			    res.scores[j - 1] >= res.scores[j]);
+		tq_range_free(&res);
+		/* A cap keeps the best. */
+		CHECK_OK(tq_search_range(ix, qs + i * dim, 1, &sp, radius, 5,
+		    &res));
+		CHECK(res.off[1] == 5);
+		if (o != TQ_ORIG_NONE)
+			CHECK(res.ids[0] == c[0].id && res.ids[4] == c[4].id);
+		tq_range_free(&res);
+	}
+	/* Several queries at once: the same as one by one. */
+	{
+		struct tq_range one;
+
+		CHECK_OK(tq_search_range(ix, qs, nq, &sp, m == TQ_METRIC_L2 ?
+		    1e30f : -1e30f, 0, &res));
+		CHECK(res.nq == nq && res.off[nq] == nq * (size_t)n);
+		CHECK_OK(tq_search_range(ix, qs + 2 * dim, 1, &sp,
+		    m == TQ_METRIC_L2 ? 1e30f : -1e30f, 0, &one));
+		CHECK(one.off[1] == n && memcmp(one.ids, res.ids + res.off[2],
+		    n * sizeof(uint64_t)) == 0);
+		tq_range_free(&one);
+		tq_range_free(&res);
+	}
+	CHECK_ST(tq_search_range(ix, qs, 1, &sp, NAN, 0, &res), TQ_ERR_ARG);
+	tq_range_free(&res);
+	tq_index_close(ix);
+	tq_quantizer_free(q);
+	free(x);
+	free(qs);
+}
+
+static void
+test_range(void)
+{
+	test_range_one(TQ_METRIC_L2, 4, TQ_ORIG_F32);
+	test_range_one(TQ_METRIC_L2, 1, TQ_ORIG_F32);
+	test_range_one(TQ_METRIC_IP, 2, TQ_ORIG_F32);
+	test_range_one(TQ_METRIC_COSINE, 3, TQ_ORIG_F32);
+	test_range_one(TQ_METRIC_L2, 4, TQ_ORIG_NONE);
+}
+
+/* ------------------------------------------------------------------------ */
+
+static void
+test_delete(void)
+{
+	const uint32_t dim = 16, n = 300;
+	struct tq_quantizer *q = fit(dim, 4, TQ_METRIC_L2);
+	struct tq_index *ix;
+	struct tq_search_params sp;
+	struct tq_file_info info;
+	float *x = make_data(n, dim), *sc = malloc(n * sizeof(float));
+	uint64_t del[120], *ids = malloc(n * sizeof(uint64_t)), nd, hit;
+	unsigned char gone[300] = { 0 };
+	char b1[4096], b2[4096];
+	const char *p = path_of(b1, "d.tqi"), *p2 = path_of(b2, "d2.tqi");
+
+	CHECK_OK(build(q, x, n, NULL, TQ_ORIG_F32, p));
+	/* Every row of blocks 2 and 3, and scattered others. */
+	for (nd = 0; nd < 64; nd++)
+		del[nd] = 64 + nd;
+	while (nd < 110)
+		del[nd++] = rnd() % n;
+	del[nd++] = 999999;	/* unknown */
+	for (size_t i = 0; i < nd; i++)
+		if (del[i] < n)
+			gone[del[i]] = 1;
+	CHECK_OK(tq_index_delete(p, del, nd, p2, &hit));
+	CHECK_OK(tq_file_verify(p2));
+	CHECK_OK(tq_index_open(p2, &ix));
+	CHECK(tq_index_count(ix) == n);
+	{
+		uint64_t live = 0;
+
+		for (size_t r = 0; r < n; r++)
+			live += !gone[r];
+		CHECK(tq_index_live(ix) == live && hit == n - live);
+	}
+	tq_search_params_default(&sp);
+	sp.k = (uint32_t)tq_index_live(ix);
+	sp.oversample = 2;
+	for (int rr = 0; rr < 2; rr++) {
+		CHECK_OK(tq_search(ix, x, 1, &sp, ids, sc));
+		for (uint32_t j = 0; j < sp.k; j++)
+			CHECK(ids[j] < n && !gone[ids[j]]);
+		sp.oversample = 1;
+	}
+	{
+		struct tq_range res;
+
+		CHECK_OK(tq_search_range(ix, x, 1, &sp, 1e30f, 0, &res));
+		CHECK(res.off[1] == tq_index_live(ix));
+		for (size_t j = 0; j < res.off[1]; j++)
+			CHECK(!gone[res.ids[j]]);
+		tq_range_free(&res);
+	}
+	tq_index_close(ix);
+	/* Deleting again counts only new rows; the original is untouched. */
+	CHECK_OK(tq_index_delete(p2, del, nd, p2, &hit));
+	CHECK(hit == 0);
+	CHECK_OK(tq_file_info(p, &info));
+	CHECK(info.live == n && info.nsections == 9);
+	/* Everything: refused, the file unchanged. */
+	{
+		uint64_t all[300];
+
+		for (size_t r = 0; r < n; r++)
+			all[r] = r;
+		CHECK_OK(tq_file_info(p2, &info));
+		CHECK_ST(tq_index_delete(p2, all, n, p2, &hit),
+		    TQ_ERR_EMPTY);
+		CHECK_DETAIL("would delete every vector");
+		CHECK_OK(tq_index_delete(p2, all, n - 1, p2, &hit));
+		CHECK_OK(tq_index_open(p2, &ix));
+		CHECK(tq_index_live(ix) == 1);
+		sp.k = 1;
+		CHECK_OK(tq_search(ix, x, 1, &sp, ids, sc));
+		CHECK(ids[0] == n - 1);
+		tq_index_close(ix);
+	}
+	tq_quantizer_free(q);
+	free(x);
+	free(sc);
+	free(ids);
+}
+
+/* Overwrites `len` bytes at `off` of a file. */
+static void
+poke(const char *path, uint64_t off, const void *p, size_t len)
+{
+	FILE *fp = fopen(path, "r+b");
+
+	fseek(fp, (long)off, SEEK_SET);
+	fwrite(p, 1, len, fp);
+	fclose(fp);
+}
+
+/* TOMB is validated strictly when an index is opened. */
+static void
+test_tomb_checks(void)
+{
+	struct tq_quantizer *q = fit(8, 2, TQ_METRIC_L2);
+	float *x = make_data(30, 8);
+	struct tq_file_info info;
+	struct tq_index *ix;
+	uint64_t del = 4, toff = 0;
+	char bp[4096];
+	const char *p = path_of(bp, "t.tqi");
+	uint8_t b;
+
+	CHECK_OK(build(q, x, 30, NULL, TQ_ORIG_NONE, p));
+	CHECK_OK(tq_index_delete(p, &del, 1, p, NULL));
+	CHECK_OK(tq_file_info(p, &info));
+	for (uint32_t i = 0; i < info.nsections; i++)
+		if (strcmp(info.sections[i].tag, "TOMB") == 0) {
+			toff = info.sections[i].offset;
+			CHECK(info.sections[i].length == 4);
+		}
+	CHECK(toff > 0 && info.live == 29);
+	/* A bit past n = 30. */
+	b = 0x40;
+	poke(p, toff + 3, &b, 1);
+	CHECK_ST(tq_index_open(p, &ix), TQ_ERR_FORMAT);
+	CHECK_DETAIL("TOMB");
+	/* Every row deleted. */
+	b = 0xff;
+	poke(p, toff, &b, 1);
+	poke(p, toff + 1, &b, 1);
+	poke(p, toff + 2, &b, 1);
+	b = 0x3f;
+	poke(p, toff + 3, &b, 1);
+	CHECK_ST(tq_index_open(p, &ix), TQ_ERR_FORMAT);
+	CHECK_DETAIL("every vector is deleted");
+	/* Mutations verify checksums first. */
+	CHECK_ST(tq_index_compact(p, NULL, unit_path("t2.tqi")),
+	    TQ_ERR_CHECKSUM);
+	tq_quantizer_free(q);
+	free(x);
+}
+
+/* ------------------------------------------------------------------------ */
+
+static void
+test_append_one(enum tq_metric m, unsigned bits, enum tq_originals o)
+{
+	const uint32_t dim = 20, na = 150, nb = 77;
+	struct tq_quantizer *q = fit(dim, bits, m);
+	float *x = make_data(na + nb, dim);
+	struct tq_reader *r;
+	struct tq_build_params bp;
+	char ba[4096], bu[4096];
+	const char *a = path_of(ba, "a.tqi"), *u = path_of(bu, "u.tqi");
+	uint64_t del[] = { 0, 7, 31, 32, 100, 149 }, ids[227];
+	float *kept = malloc((na + nb) * dim * sizeof(float));
+	size_t nk = 0;
+
+	/* Build A, append B == build A u B. */
+	CHECK_OK(build(q, x, na, NULL, o, a));
+	CHECK_OK(build(q, x, na + nb, NULL, o, u));
+	write_fixture(unit_path("b.bin"), x + na * dim, nb, dim);
+	CHECK_OK(tq_reader_open(unit_path("b.bin"), NULL, &r));
+	tq_build_params_default(&bp);
+	bp.threads = 3;
+	bp.originals = TQ_ORIG_NONE;	/* ignored */
+	CHECK_OK(tq_index_append(a, r, NULL, &bp, a));
+	tq_reader_close(r);
+	CHECK(files_equal(a, u));
+
+	/* Delete from A, append B == build (A - deleted) u B with ids. */
+	CHECK_OK(build(q, x, na, NULL, o, a));
+	CHECK_OK(tq_index_delete(a, del, 6, a, NULL));
+	for (uint64_t i = 0; i < na + nb; i++) {
+		int dead = 0;
+
+		for (size_t j = 0; j < 6; j++)
+			dead |= del[j] == i;
+		if (dead)
+			continue;
+		memcpy(kept + nk * dim, x + i * dim, dim * sizeof(float));
+		ids[nk++] = i;
+	}
+	write_ids(unit_path("u.ids"), ids, nk);
+	CHECK_OK(build(q, kept, nk, unit_path("u.ids"), o, u));
+	CHECK_OK(tq_reader_open(unit_path("b.bin"), NULL, &r));
+	CHECK_OK(tq_index_append(a, r, NULL, NULL, unit_path("a2.tqi")));
+	tq_reader_close(r);
+	CHECK(files_equal(unit_path("a2.tqi"), u));
+
+	/* Compact == build of the survivors. */
+	write_ids(unit_path("k.ids"), ids, nk - nb);
+	CHECK_OK(build(q, kept, nk - nb, unit_path("k.ids"), o, u));
+	CHECK_OK(tq_index_compact(a, NULL, unit_path("c.tqi")));
+	CHECK(files_equal(unit_path("c.tqi"), u));
+	tq_quantizer_free(q);
+	free(x);
+	free(kept);
+}
+
+static void
+test_append(void)
+{
+	test_append_one(TQ_METRIC_L2, 4, TQ_ORIG_F32);
+	test_append_one(TQ_METRIC_COSINE, 3, TQ_ORIG_F16);
+	test_append_one(TQ_METRIC_IP, 1, TQ_ORIG_NONE);
+	test_append_one(TQ_METRIC_L2, 2, TQ_ORIG_F32);
+}
+
+/* Failures leave the index as it was: NaN, wrong dimension, ids. */
+static void
+test_append_errors(void)
+{
+	struct tq_quantizer *q = fit(8, 4, TQ_METRIC_L2);
+	float *x = make_data(40, 8);
+	struct tq_reader *r;
+	struct tq_ids_reader *ids;
+	char bp[4096];
+	const char *p = path_of(bp, "e.tqi");
+	struct stat st0, st1;
+	uint64_t few[3] = { 1, 2, 3 };
+
+	CHECK_OK(build(q, x, 40, NULL, TQ_ORIG_F32, p));
+	CHECK_OK(build(q, x, 40, NULL, TQ_ORIG_F32, unit_path("e0.tqi")));
+	stat(p, &st0);
+	x[5 * 8 + 3] = NAN;
+	write_fixture(unit_path("nan.bin"), x, 10, 8);
+	CHECK_OK(tq_reader_open(unit_path("nan.bin"), NULL, &r));
+	CHECK_ST(tq_index_append(p, r, NULL, NULL, p), TQ_ERR_NONFINITE);
+	tq_reader_close(r);
+	write_fixture(unit_path("d4.bin"), x, 10, 4);
+	CHECK_OK(tq_reader_open(unit_path("d4.bin"), NULL, &r));
+	CHECK_ST(tq_index_append(p, r, NULL, NULL, p), TQ_ERR_MISMATCH);
+	tq_reader_close(r);
+	write_fixture(unit_path("ok.bin"), x + 10 * 8, 5, 8);
+	write_ids(unit_path("few.ids"), few, 3);
+	CHECK_OK(tq_reader_open(unit_path("ok.bin"), NULL, &r));
+	CHECK_OK(tq_ids_open(unit_path("few.ids"), &ids));
+	CHECK_ST(tq_index_append(p, r, ids, NULL, p), TQ_ERR_MISMATCH);
+	tq_ids_close(ids);
+	tq_reader_close(r);
+	stat(p, &st1);
+	CHECK(files_equal(p, unit_path("e0.tqi")));
+	CHECK(st0.st_ino == st1.st_ino);
+	/* Ids given: used as they are. */
+	CHECK_OK(tq_reader_open(unit_path("ok.bin"), NULL, &r));
+	write_ids(unit_path("five.ids"), (uint64_t[]){ 90, 91, 92, 93, 7 }, 5);
+	CHECK_OK(tq_ids_open(unit_path("five.ids"), &ids));
+	CHECK_OK(tq_index_append(p, r, ids, NULL, p));
+	tq_ids_close(ids);
+	tq_reader_close(r);
+	{
+		struct tq_index *ix;
+
+		CHECK_OK(tq_index_open(p, &ix));
+		CHECK(tq_index_count(ix) == 45 && tq_index_id(ix, 44) == 7 &&
+		    tq_index_id(ix, 40) == 90);
+		tq_index_close(ix);
+	}
+	/* Default ids continue after the largest (93). */
+	CHECK_OK(tq_reader_open(unit_path("ok.bin"), NULL, &r));
+	CHECK_OK(tq_index_append(p, r, NULL, NULL, p));
+	tq_reader_close(r);
+	{
+		struct tq_index *ix;
+
+		CHECK_OK(tq_index_open(p, &ix));
+		CHECK(tq_index_count(ix) == 50 && tq_index_id(ix, 45) == 94 &&
+		    tq_index_id(ix, 49) == 98);
+		tq_index_close(ix);
+	}
+	tq_quantizer_free(q);
+	free(x);
+}
+
+int
+main(void)
+{
+	RUN(test_filter);
+	RUN(test_filter_other);
+	RUN(test_range);
+	RUN(test_delete);
+	RUN(test_tomb_checks);
+	RUN(test_append);
+	RUN(test_append_errors);
+	return unit_done();
+}
