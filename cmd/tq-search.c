@@ -233,6 +233,9 @@ main(int argc, char *argv[])
 			batch = 256;
 	} else if (batch > MAX_SLOTS / sp.k)
 		batch = MAX_SLOTS / sp.k;
+	/* At most 256 MiB of queries in memory, whatever the dimension. */
+	if (batch > ((size_t)256 << 20) / ((size_t)dim * sizeof(float)))
+		batch = ((size_t)256 << 20) / ((size_t)dim * sizeof(float));
 	if (batch == 0)
 		batch = 1;
 	queries = xmallocarray(batch * dim, sizeof(*queries));
