@@ -363,6 +363,32 @@ reserve_rows(struct build *b, uint64_t n, uint64_t nblocks)
 	return TQ_OK;
 }
 
+/*
+ * After n rows: the corpus (when read from a reader) and the ids must
+ * both be exhausted, or the input was not what its header said.
+ */
+static enum tq_status
+input_done(struct build *b, struct source *src, uint64_t n)
+{
+	uint64_t extra;
+	size_t got;
+
+	if (src->r != NULL && src->fd < 0) {
+		TQ_TRY(tq_reader_read(src->r, b->x, 1, &got));
+		if (got != 0)
+			return tq_fail(TQ_ERR_FORMAT, "more rows than the "
+			    "header says (%llu)", (unsigned long long)n);
+	}
+	if (b->ids != NULL) {
+		TQ_TRY(tq_ids_read(b->ids, &extra, 1, &got));
+		if (got != 0)
+			return tq_fail(TQ_ERR_MISMATCH, "the ids file has "
+			    "more ids than the corpus has rows (%llu)",
+			    (unsigned long long)n);
+	}
+	return TQ_OK;
+}
+
 static enum tq_status
 build_run(struct build *b, struct source *src, const char *path)
 {
@@ -395,22 +421,7 @@ build_run(struct build *b, struct source *src, const char *path)
 		TQ_TRY(write_chunk(b, got, row, threads));
 		row += got;
 	}
-	if (src->fd < 0) {
-		TQ_TRY(tq_reader_read(src->r, b->x, 1, &got));
-		if (got != 0)
-			return tq_fail(TQ_ERR_FORMAT, "more rows than the "
-			    "header says (%llu)", (unsigned long long)n);
-	}
-	if (b->ids != NULL) {
-		uint64_t extra;
-
-		TQ_TRY(tq_ids_read(b->ids, &extra, 1, &got));
-		if (got != 0)
-			return tq_fail(TQ_ERR_MISMATCH, "the ids file has "
-			    "more ids than the corpus has rows (%llu)",
-			    (unsigned long long)n);
-	}
-	return TQ_OK;
+	return input_done(b, src, n);
 }
 
 enum tq_status
@@ -944,22 +955,7 @@ append_run(struct build *b, const struct tq_index *ix, struct source *src,
 	}
 	if (at > 0)
 		TQ_TRY(merge_flush(b, at));
-	if (src->r != NULL && src->fd < 0) {
-		TQ_TRY(tq_reader_read(src->r, b->x, 1, &got));
-		if (got != 0)
-			return tq_fail(TQ_ERR_FORMAT, "more rows than the "
-			    "header says (%llu)", (unsigned long long)nnew);
-	}
-	if (b->ids != NULL) {
-		uint64_t extra;
-
-		TQ_TRY(tq_ids_read(b->ids, &extra, 1, &got));
-		if (got != 0)
-			return tq_fail(TQ_ERR_MISMATCH, "the ids file has "
-			    "more ids than the corpus has rows (%llu)",
-			    (unsigned long long)nnew);
-	}
-	return TQ_OK;
+	return input_done(b, src, nnew);
 }
 
 enum tq_status
