@@ -160,3 +160,41 @@ section_offset() { tq sections "$1" | awk -v t="$2" '$1 == t { print $2 }'; }
 	run --separate-stderr "$TQ_BIN/tq-inspect" .
 	assert_fail1 tq-inspect .
 }
+
+# The corruption matrix of the hardening issue, on a larger index (1000 x 64
+# with f16 originals, about 80 KiB): truncation at every 4 KiB boundary and
+# at both edges of every section, and a sample of payload bytes flipped.
+@test "corruption matrix: every 4 KiB and section-edge truncation, sampled payload flips" {
+	mkfix big.bin 64 1000 71 --clusters 8
+	mkfix q64.bin 64 3 72
+	"$TQ_BIN/tq-build" --originals f16 -o big.tqi big.bin
+	"$TQ_BIN/tq-inspect" --json big.tqi > info.json
+	mkdir cuts flips
+	"$PY" - big.tqi info.json <<'PY'
+import json, sys
+data = open(sys.argv[1], 'rb').read()
+info = json.load(open(sys.argv[2]))
+cuts = set(range(0, len(data), 4096))
+for s in info["sections"]:
+    for e in (s["offset"], s["offset"] + s["length"]):
+        cuts.update(x for x in (e - 1, e, e + 1) if 0 <= x < len(data))
+for c in sorted(cuts):
+    open("cuts/cut-%06d" % c, "wb").write(data[:c])
+# 8 payload bytes from every section, each flipped by xor 0xff.
+for s in info["sections"]:
+    for i in range(8):
+        at = s["offset"] + (s["length"] - 1) * i // 7
+        b = bytearray(data)
+        b[at] ^= 0xff
+        open("flips/flip-%s-%06d" % (s["tag"].strip(), at), "wb").write(b)
+print(len(cuts), "cuts,", 8 * len(info["sections"]), "flips", file=sys.stderr)
+PY
+	ls cuts/* | "$BATS_TEST_DIRNAME/loop-check" refuse "$TQ_BIN/tq-inspect" {}
+	ls cuts/* | "$BATS_TEST_DIRNAME/loop-check" refuse "$TQ_BIN/tq-inspect" --verify {}
+	ls cuts/* | "$BATS_TEST_DIRNAME/loop-check" refuse "$TQ_BIN/tq-search" -k 3 --oversample 2 -i q64.bin {}
+	# A flipped payload byte: --verify names the damage; a search may run
+	# on the damaged values (checksums are not read on open) but must not
+	# crash or read out of bounds.
+	ls flips/* | "$BATS_TEST_DIRNAME/loop-check" refuse "$TQ_BIN/tq-inspect" --verify {}
+	ls flips/* | "$BATS_TEST_DIRNAME/loop-check" nocrash "$TQ_BIN/tq-search" -k 3 --oversample 2 -i q64.bin {}
+}
