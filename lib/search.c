@@ -285,6 +285,36 @@ next_run(const struct ctx *c, uint64_t *b, uint64_t b1)
 	return nb;
 }
 
+/*
+ * The estimated keys of the rows of block blk for query i of the chunk,
+ * from the kernel's sums acc: key[j] for j < the returned row count (the
+ * last block may be short); *mask has bit j set for rows that may be
+ * returned (live and allowed).  Higher keys are better (l2: -distance).
+ */
+static unsigned
+block_keys(const struct ctx *c, const struct tq_lut *t, size_t i,
+    uint64_t blk, const uint32_t *acc, float *key, uint32_t *mask)
+{
+	const struct tq_index *ix = c->ix;
+	const float *fs = ix->factors + blk * TQ_BLOCK * TQ_NFACTORS;
+	float scale = t->scale, bias = t->bias, qc = c->qc[i];
+	float qn2 = c->qn2[i];
+	uint64_t row = blk * TQ_BLOCK;
+	unsigned j, nj = TQ_BLOCK;
+
+	if (ix->n - row < TQ_BLOCK)
+		nj = (unsigned)(ix->n - row);
+	*mask = c->masked ? block_mask(c, blk) : ~0u;
+	for (j = 0; j < nj; j++) {
+		float ip = fs[j] * (scale * (float)acc[j] + bias) +
+		    fs[TQ_BLOCK + j] + qc;
+
+		key[j] = c->metric == TQ_METRIC_L2 ?
+		    -(qn2 - 2.0f * ip + fs[2 * TQ_BLOCK + j]) : ip;
+	}
+	return nj;
+}
+
 /* Scans blocks [b0, b1) for query i of the chunk into heap h. */
 static void
 scan_range(struct worker *w, const struct tq_lut *t, size_t i, uint64_t b0,
@@ -293,9 +323,6 @@ scan_range(struct worker *w, const struct tq_lut *t, size_t i, uint64_t b0,
 	const struct ctx *c = w->c;
 	const struct tq_index *ix = c->ix;
 	const struct tq_quantizer *q = c->q;
-	float scale = t->scale, bias = t->bias, qc = c->qc[i];
-	float qn2 = c->qn2[i];
-	int l2 = c->metric == TQ_METRIC_L2;
 	uint64_t b;
 	size_t nb;
 
@@ -305,27 +332,19 @@ scan_range(struct worker *w, const struct tq_lut *t, size_t i, uint64_t b0,
 		c->scan(ix->codes + b * ix->block_bytes, nb, ix->block_bytes,
 		    q->nfields, q->field_bits, t->lut, w->acc);
 		for (bi = 0; bi < nb; bi++) {
-			const float *fs = ix->factors + (b + bi) * TQ_BLOCK *
-			    TQ_NFACTORS;
-			const uint32_t *acc = w->acc + bi * TQ_BLOCK;
 			uint64_t row = (b + bi) * TQ_BLOCK;
-			uint32_t mask = c->masked ? block_mask(c, b + bi) : ~0u;
-			unsigned j, nj = TQ_BLOCK;
+			uint32_t mask;
+			float key[TQ_BLOCK];
+			unsigned j, nj = block_keys(c, t, i, b + bi,
+			    w->acc + bi * TQ_BLOCK, key, &mask);
 
-			if (ix->n - row < TQ_BLOCK)
-				nj = (unsigned)(ix->n - row);
 			for (j = 0; j < nj; j++) {
-				float ip = fs[j] * (scale * (float)acc[j] +
-				    bias) + fs[TQ_BLOCK + j] + qc;
-				float key = l2 ? -(qn2 - 2.0f * ip +
-				    fs[2 * TQ_BLOCK + j]) : ip;
-
 				if ((mask >> j & 1) == 0)
 					continue;
 				/* The heap's root is its worst entry. */
-				if (h->len == h->k && key < h->key[0])
+				if (h->len == h->k && key[j] < h->key[0])
 					continue;
-				tq_topk_push(h, key, row + j);
+				tq_topk_push(h, key[j], row + j);
 			}
 		}
 	}
@@ -473,7 +492,7 @@ range_one(struct worker *w, size_t i)
 	struct tq_lut *t = &w->lut[0];
 	struct rres *res = &c->rres[i];
 	int l2 = c->metric == TQ_METRIC_L2;
-	float qc = c->qc[i], qn2 = c->qn2[i], margin_q;
+	float qn2 = c->qn2[i], margin_q;
 	uint64_t b;
 	size_t nb, e, kept = 0;
 
@@ -487,26 +506,21 @@ range_one(struct worker *w, size_t i)
 		for (size_t bi = 0; bi < nb; bi++) {
 			const float *fs = ix->factors + (b + bi) * TQ_BLOCK *
 			    TQ_NFACTORS;
-			const uint32_t *acc = w->acc + bi * TQ_BLOCK;
 			uint64_t row = (b + bi) * TQ_BLOCK;
-			uint32_t mask = c->masked ? block_mask(c, b + bi) : ~0u;
-			unsigned j, nj = TQ_BLOCK;
+			uint32_t mask;
+			float key[TQ_BLOCK];
+			unsigned j, nj = block_keys(c, t, i, b + bi,
+			    w->acc + bi * TQ_BLOCK, key, &mask);
 
-			if (ix->n - row < TQ_BLOCK)
-				nj = (unsigned)(ix->n - row);
 			for (j = 0; j < nj; j++) {
-				float ip = fs[j] * (t->scale * (float)acc[j] +
-				    t->bias) + fs[TQ_BLOCK + j] + qc;
-				float key = l2 ? -(qn2 - 2.0f * ip +
-				    fs[2 * TQ_BLOCK + j]) : ip;
 				float m = fabsf(fs[j]) * margin_q;
 
 				if ((mask >> j & 1) == 0)
 					continue;
 				m = (l2 ? 2.0f * m : m) +
-				    1e-4f * (fabsf(key) + fabsf(qn2)) + 1e-6f;
-				if (key + m >= c->rkey &&
-				    add_hit(w, key, row + j) != 0) {
+				    1e-4f * (fabsf(key[j]) + fabsf(qn2)) + 1e-6f;
+				if (key[j] + m >= c->rkey &&
+				    add_hit(w, key[j], row + j) != 0) {
 					res->nomem = 1;
 					return;
 				}
