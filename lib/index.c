@@ -10,6 +10,11 @@
  * spooled to an unlinked temporary file beside the output, because the
  * section sizes must be known before the first byte is placed.
  *
+ * With coarse lists (IVF) the encoded rows are not written in input
+ * order but spilled, with their list, to an unlinked temporary file; the
+ * output is then filled list by list from windows of rows: each window is
+ * gathered by one sequential read of the spill (see ivf_emit).
+ *
  * An index is never modified in place.  Deleting rows writes a copy with
  * a TOMB bitmap; appending (and compacting) streams the live rows out of
  * their blocks into the same chunk buffers as new rows encoded with the
@@ -196,6 +201,16 @@ struct build {
 	uint8_t *idbuf;		/* chunk * 8 */
 	uint64_t *idtmp;
 	uint8_t *obuf;		/* chunk * dim * 4 */
+	/* IVF only */
+	int ivf;
+	unsigned s_list;
+	uint32_t *lab;		/* chunk: list of each buffered row */
+	int sfd;		/* spill file */
+	uint8_t *sbuf;		/* spill write buffer */
+	size_t slen, scap;
+	uint64_t soff, srows;
+	size_t rec;		/* spill record bytes */
+	uint64_t *count;	/* rows a list */
 };
 
 static void
@@ -209,6 +224,11 @@ build_free(struct build *b)
 	free(b->idbuf);
 	free(b->idtmp);
 	free(b->obuf);
+	free(b->lab);
+	free(b->sbuf);
+	free(b->count);
+	if (b->sfd >= 0)
+		close(b->sfd);
 }
 
 static enum tq_status
@@ -216,6 +236,7 @@ build_alloc(struct build *b)
 {
 	size_t dim = b->q->dim;
 
+	b->sfd = -1;
 	b->block_bytes = tq_block_bytes(b->q);
 	/* About 32 MiB of input floats per chunk, 32 .. 4096 rows. */
 	b->chunk = ((size_t)8 << 20) / dim / TQ_BLOCK * TQ_BLOCK;
@@ -234,6 +255,15 @@ build_alloc(struct build *b)
 	if (!b->x || !b->codes || !b->factors || !b->blocks || !b->fblocks ||
 	    !b->idbuf || !b->idtmp || !b->obuf)
 		return tq_fail(TQ_ERR_NOMEM, "out of memory");
+	b->ivf = b->q->ivf.nlist > 0;
+	if (b->ivf) {
+		b->lab = tq_mallocarray(b->chunk, sizeof(*b->lab));
+		b->count = tq_callocarray(b->q->ivf.nlist, sizeof(*b->count));
+		b->scap = (size_t)4 << 20;
+		b->sbuf = malloc(b->scap);
+		if (!b->lab || !b->count || !b->sbuf)
+			return tq_fail(TQ_ERR_NOMEM, "out of memory");
+	}
 	return TQ_OK;
 }
 
@@ -306,6 +336,17 @@ convert_originals(const struct tq_quantizer *q, enum tq_originals o,
 			wr_le16(dst + 2 * i, tq_f32_to_f16(x[i]));
 }
 
+static enum tq_status rows_out(struct build *b, size_t rows);
+
+/* The nearest list of each of `rows` input rows x into lab. */
+static enum tq_status
+assign_rows(const struct tq_quantizer *q, const float *x, size_t rows,
+    uint32_t *lab)
+{
+	return tq_ivf_nearest(&q->ivf, q->dim, x, rows,
+	    q->metric == TQ_METRIC_COSINE, 0, 1, lab);
+}
+
 static enum tq_status
 write_chunk(struct build *b, size_t rows, uint64_t row0, unsigned threads)
 {
@@ -313,7 +354,8 @@ write_chunk(struct build *b, size_t rows, uint64_t row0, unsigned threads)
 	size_t got;
 
 	TQ_TRY(encode_chunk(q, b->x, rows, threads, b->codes, b->factors));
-	TQ_TRY(put_blocks(b, rows));
+	if (b->ivf)
+		TQ_TRY(assign_rows(q, b->x, rows, b->lab));
 
 	/* External ids. */
 	if (b->ids != NULL) {
@@ -328,17 +370,9 @@ write_chunk(struct build *b, size_t rows, uint64_t row0, unsigned threads)
 		for (size_t i = 0; i < rows; i++)
 			wr_le64(b->idbuf + 8 * i, row0 + i);
 	}
-	TQ_TRY(tq_fw_put(b->fw, b->s_ids, b->idbuf, rows * 8));
-
-	/* Originals. */
-	if (b->p->originals != TQ_ORIG_NONE) {
-		size_t w = b->p->originals == TQ_ORIG_F32 ? 4 : 2;
-
+	if (b->p->originals != TQ_ORIG_NONE)
 		convert_originals(q, b->p->originals, b->x, rows, b->obuf);
-		TQ_TRY(tq_fw_put(b->fw, b->s_orig, b->obuf,
-		    rows * q->dim * w));
-	}
-	return TQ_OK;
+	return rows_out(b, rows);
 }
 
 /* Reserves CODE, FACT, IDS and ORIG for n rows. */
@@ -360,6 +394,9 @@ reserve_rows(struct build *b, uint64_t n, uint64_t nblocks)
 			return tq_fail(TQ_ERR_OVERFLOW, "index too large");
 		TQ_TRY(tq_fw_reserve(b->fw, TQ_TAG_ORIG, len, &b->s_orig));
 	}
+	if (b->ivf)
+		TQ_TRY(tq_fw_reserve(b->fw, TQ_TAG_LIST,
+		    ((uint64_t)b->q->ivf.nlist + 1) * 8, &b->s_list));
 	return TQ_OK;
 }
 
@@ -389,6 +426,234 @@ input_done(struct build *b, struct source *src, uint64_t n)
 	return TQ_OK;
 }
 
+/* Writes the `rows` buffered rows (codes, factors, ids, originals). */
+static enum tq_status
+merge_flush(struct build *b, size_t rows)
+{
+	TQ_TRY(put_blocks(b, rows));
+	TQ_TRY(tq_fw_put(b->fw, b->s_ids, b->idbuf, rows * 8));
+	if (b->p->originals != TQ_ORIG_NONE)
+		TQ_TRY(tq_fw_put(b->fw, b->s_orig, b->obuf, rows *
+		    b->q->dim * (b->p->originals == TQ_ORIG_F32 ? 4 : 2)));
+	return TQ_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* IVF: the spill and the list-ordered output                                */
+
+/* Bytes of stored originals per row. */
+static size_t
+orig_bytes(const struct build *b)
+{
+	return b->p->originals == TQ_ORIG_F32 ? 4 * (size_t)b->q->dim :
+	    b->p->originals == TQ_ORIG_F16 ? 2 * (size_t)b->q->dim : 0;
+}
+
+static enum tq_status
+write_all(int fd, const uint8_t *p, size_t n, uint64_t off)
+{
+	while (n > 0) {
+		ssize_t k = pwrite(fd, p, n, (off_t)off);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0)
+			return tq_fail(TQ_ERR_IO, "spill write: %s",
+			    strerror(errno));
+		p += k;
+		n -= (size_t)k;
+		off += (uint64_t)k;
+	}
+	return TQ_OK;
+}
+
+static enum tq_status
+read_all(int fd, uint8_t *p, size_t n, uint64_t off)
+{
+	while (n > 0) {
+		ssize_t k = pread(fd, p, n, (off_t)off);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return tq_fail(TQ_ERR_IO, "spill read: %s",
+			    k < 0 ? strerror(errno) : "unexpected end");
+		p += k;
+		n -= (size_t)k;
+		off += (uint64_t)k;
+	}
+	return TQ_OK;
+}
+
+/*
+ * A spill record: u32 list, packed codes, the factors (host floats),
+ * the id (8 bytes, little-endian) and the stored originals.
+ */
+static enum tq_status
+spill_open(struct build *b, const char *path)
+{
+	char *tmp;
+
+	b->rec = 4 + tq_code_bytes(b->q) + TQ_NFACTORS * sizeof(float) + 8 +
+	    orig_bytes(b);
+	if (b->rec > b->scap)
+		return tq_fail(TQ_ERR_OVERFLOW, "rows too large to spill");
+	if ((b->sfd = tq_tmpfile_beside(path, &tmp)) == -1)
+		return tq_fail(TQ_ERR_IO, "cannot create a spill file beside "
+		    "it: %s", strerror(errno));
+	unlink(tmp);
+	free(tmp);
+	return TQ_OK;
+}
+
+static enum tq_status
+spill_rows(struct build *b, size_t rows)
+{
+	const struct tq_quantizer *q = b->q;
+	size_t cb = tq_code_bytes(q), ob = orig_bytes(b);
+
+	for (size_t i = 0; i < rows; i++) {
+		uint8_t *r;
+
+		if (b->slen + b->rec > b->scap) {
+			TQ_TRY(write_all(b->sfd, b->sbuf, b->slen, b->soff));
+			b->soff += b->slen;
+			b->slen = 0;
+		}
+		r = b->sbuf + b->slen;
+		wr_le32(r, b->lab[i]);
+		tq_pack_row(q, b->codes + i * q->dim, r + 4);
+		memcpy(r + 4 + cb, b->factors + i * TQ_NFACTORS,
+		    TQ_NFACTORS * sizeof(float));
+		memcpy(r + 4 + cb + TQ_NFACTORS * sizeof(float),
+		    b->idbuf + 8 * i, 8);
+		if (ob > 0)
+			memcpy(r + 4 + cb + TQ_NFACTORS * sizeof(float) + 8,
+			    b->obuf + i * ob, ob);
+		b->slen += b->rec;
+		b->count[b->lab[i]]++;
+	}
+	b->srows += rows;
+	return TQ_OK;
+}
+
+/* The buffered rows go to the output (flat) or to the spill (IVF). */
+static enum tq_status
+rows_out(struct build *b, size_t rows)
+{
+	return b->ivf ? spill_rows(b, rows) : merge_flush(b, rows);
+}
+
+/* Unpacks one spill record into row `at` of the chunk buffers. */
+static void
+record_to_chunk(struct build *b, const uint8_t *r, size_t at)
+{
+	const struct tq_quantizer *q = b->q;
+	size_t cb = tq_code_bytes(q), ob = orig_bytes(b);
+
+	tq_unpack_row(q, r + 4, b->codes + at * q->dim);
+	memcpy(b->factors + at * TQ_NFACTORS, r + 4 + cb,
+	    TQ_NFACTORS * sizeof(float));
+	memcpy(b->idbuf + 8 * at, r + 4 + cb + TQ_NFACTORS * sizeof(float), 8);
+	if (ob > 0)
+		memcpy(b->obuf + at * ob, r + 4 + cb + TQ_NFACTORS *
+		    sizeof(float) + 8, ob);
+}
+
+/*
+ * Writes the spilled rows list by list.  Output rows [r0, r1) form a
+ * window of at most p->memory bytes of records; one sequential read of
+ * the spill places every record of the window (its position is its
+ * list's offset plus the records of that list seen before it), then the
+ * window goes out through the chunk buffers.  Passes: spill / memory.
+ */
+static enum tq_status
+ivf_emit(struct build *b, const char *path)
+{
+	uint32_t nl = b->q->ivf.nlist;
+	uint64_t *off = NULL, *cur = NULL, n = b->srows, mem, win;
+	uint8_t *wbuf = NULL, *rbuf = NULL, *lbuf = NULL;
+	size_t rbytes = ((size_t)4 << 20) / b->rec * b->rec;
+	enum tq_status st = TQ_OK;
+
+	(void)path;
+	if (b->slen > 0) {
+		TQ_TRY(write_all(b->sfd, b->sbuf, b->slen, b->soff));
+		b->soff += b->slen;
+		b->slen = 0;
+	}
+	mem = b->p->memory ? b->p->memory : TQ_BUILD_MEMORY;
+	win = mem / b->rec / b->chunk * b->chunk;
+	if (win < b->chunk)
+		win = b->chunk;
+	if (win > n)
+		win = n;
+	off = tq_mallocarray((size_t)nl + 1, sizeof(*off));
+	cur = tq_mallocarray(nl, sizeof(*cur));
+	lbuf = tq_mallocarray((size_t)nl + 1, 8);
+	wbuf = tq_mallocarray((size_t)win, b->rec);
+	rbuf = malloc(rbytes);
+	if (!off || !cur || !lbuf || !wbuf || !rbuf) {
+		st = tq_fail(TQ_ERR_NOMEM, "out of memory for a window of %llu "
+		    "rows", (unsigned long long)win);
+		goto done;
+	}
+	off[0] = 0;
+	for (uint32_t l = 0; l < nl; l++)
+		off[l + 1] = off[l] + b->count[l];
+	for (uint32_t l = 0; l <= nl; l++)
+		wr_le64(lbuf + 8 * (size_t)l, off[l]);
+	if ((st = tq_fw_put(b->fw, b->s_list, lbuf, ((size_t)nl + 1) * 8)) !=
+	    TQ_OK)
+		goto done;
+
+	for (uint64_t r0 = 0; r0 < n; r0 += win) {
+		uint64_t r1 = n - r0 < win ? n : r0 + win, so = 0;
+		size_t at = 0;
+
+		memcpy(cur, off, nl * sizeof(*cur));
+		while (so < b->soff) {
+			size_t len = b->soff - so < rbytes ?
+			    (size_t)(b->soff - so) : rbytes;
+
+			if ((st = read_all(b->sfd, rbuf, len, so)) != TQ_OK)
+				goto done;
+			for (size_t e = 0; e < len; e += b->rec) {
+				uint32_t l = rd_le32(rbuf + e);
+				uint64_t pos;
+
+				if (l >= nl) {
+					st = tq_fail(TQ_ERR_IO, "spill file "
+					    "damaged");
+					goto done;
+				}
+				pos = cur[l]++;
+				if (pos >= r0 && pos < r1)
+					memcpy(wbuf + (pos - r0) * b->rec,
+					    rbuf + e, b->rec);
+			}
+			so += len;
+		}
+		for (uint64_t r = r0; r < r1; r++) {
+			record_to_chunk(b, wbuf + (r - r0) * b->rec, at);
+			if (++at == b->chunk) {
+				if ((st = merge_flush(b, at)) != TQ_OK)
+					goto done;
+				at = 0;
+			}
+		}
+		if (at > 0 && (st = merge_flush(b, at)) != TQ_OK)
+			goto done;
+	}
+done:
+	free(off);
+	free(cur);
+	free(lbuf);
+	free(wbuf);
+	free(rbuf);
+	return st;
+}
+
 static enum tq_status
 build_run(struct build *b, struct source *src, const char *path)
 {
@@ -409,6 +674,8 @@ build_run(struct build *b, struct source *src, const char *path)
 	TQ_TRY(tq_quantizer_write_sections(q, b->fw));
 	TQ_TRY(write_ipar(b, n, nblocks));
 	TQ_TRY(reserve_rows(b, n, nblocks));
+	if (b->ivf)
+		TQ_TRY(spill_open(b, path));
 
 	while (row < n) {
 		size_t want = n - row < b->chunk ? (size_t)(n - row) : b->chunk;
@@ -421,7 +688,8 @@ build_run(struct build *b, struct source *src, const char *path)
 		TQ_TRY(write_chunk(b, got, row, threads));
 		row += got;
 	}
-	return input_done(b, src, n);
+	TQ_TRY(input_done(b, src, n));
+	return b->ivf ? ivf_emit(b, path) : TQ_OK;
 }
 
 enum tq_status
@@ -523,6 +791,27 @@ index_bind(struct tq_index *ix)
 			return tq_fail(TQ_ERR_FORMAT, "section ORIG: missing "
 			    "or wrong length");
 	}
+	ix->nlist = ix->q->ivf.nlist;
+	ix->list = tq_file_section(f, TQ_TAG_LIST, &len);
+	if (ix->nlist == 0 && ix->list != NULL)
+		return tq_fail(TQ_ERR_FORMAT, "section LIST present but the "
+		    "quantizer has no lists");
+	if (ix->nlist > 0) {
+		uint64_t prev = 0;
+
+		if (ix->list == NULL || len != ((uint64_t)ix->nlist + 1) * 8)
+			return tq_fail(TQ_ERR_FORMAT, "section LIST: missing "
+			    "or wrong length");
+		for (uint32_t l = 0; l <= ix->nlist; l++) {
+			uint64_t o = tq_list_off(ix, l);
+
+			if ((l == 0 && o != 0) || o < prev || o > ix->n ||
+			    (l == ix->nlist && o != ix->n))
+				return tq_fail(TQ_ERR_FORMAT, "section LIST: "
+				    "offset %u out of order", (unsigned)l);
+			prev = o;
+		}
+	}
 	ix->live = ix->n;
 	ix->tomb = tq_file_section(f, TQ_TAG_TOMB, &len);
 	if (ix->tomb != NULL) {
@@ -606,6 +895,7 @@ tq_index_originals(const struct tq_index *ix)
 static void
 describe_quantizer(const struct tq_quantizer *q, struct tq_file_info *out)
 {
+	out->lists = q->ivf.nlist;
 	out->dim = q->dim;
 	out->bits = q->bits;
 	out->metric = q->metric;
@@ -844,17 +1134,6 @@ done:
 /* ------------------------------------------------------------------------ */
 /* Append and compact                                                        */
 
-/* Writes the `rows` buffered rows (codes, factors, ids, originals). */
-static enum tq_status
-merge_flush(struct build *b, size_t rows)
-{
-	TQ_TRY(put_blocks(b, rows));
-	TQ_TRY(tq_fw_put(b->fw, b->s_ids, b->idbuf, rows * 8));
-	if (b->p->originals != TQ_ORIG_NONE)
-		TQ_TRY(tq_fw_put(b->fw, b->s_orig, b->obuf, rows *
-		    b->q->dim * (b->p->originals == TQ_ORIG_F32 ? 4 : 2)));
-	return TQ_OK;
-}
 
 /*
  * The live rows of ix, then the rows of src (if any), through the chunk
@@ -897,14 +1176,21 @@ append_run(struct build *b, const struct tq_index *ix, struct source *src,
 	TQ_TRY(tq_quantizer_write_sections(q, b->fw));
 	TQ_TRY(write_ipar(b, total, (total + TQ_BLOCK - 1) / TQ_BLOCK));
 	TQ_TRY(reserve_rows(b, total, (total + TQ_BLOCK - 1) / TQ_BLOCK));
+	if (b->ivf)
+		TQ_TRY(spill_open(b, out));
 
-	for (uint64_t r = 0; r < ix->n; r++) {
+	for (uint64_t r = 0, l = 0; r < ix->n; r++) {
 		const float *fs = ix->factors + r / TQ_BLOCK * TQ_BLOCK *
 		    TQ_NFACTORS;
 		unsigned j = (unsigned)(r % TQ_BLOCK);
 
 		if (row_dead(ix, r))
 			continue;
+		if (b->ivf) {
+			while (tq_list_off(ix, (uint32_t)l + 1) <= r)
+				l++;
+			b->lab[at] = (uint32_t)l;
+		}
 		tq_unpack_block_row(q, ix->codes + r / TQ_BLOCK *
 		    ix->block_bytes, j, b->codes + at * dim);
 		for (unsigned f = 0; f < TQ_NFACTORS; f++)
@@ -914,7 +1200,7 @@ append_run(struct build *b, const struct tq_index *ix, struct source *src,
 			memcpy(b->obuf + at * dim * ow, ix->orig + r * dim * ow,
 			    dim * ow);
 		if (++at == b->chunk) {
-			TQ_TRY(merge_flush(b, at));
+			TQ_TRY(rows_out(b, at));
 			at = 0;
 		}
 	}
@@ -930,6 +1216,9 @@ append_run(struct build *b, const struct tq_index *ix, struct source *src,
 			    (unsigned long long)(row + got));
 		TQ_TRY(encode_chunk(q, b->x + at * dim, got, threads,
 		    b->codes + at * dim, b->factors + at * TQ_NFACTORS));
+		if (b->ivf)
+			TQ_TRY(assign_rows(q, b->x + at * dim, got,
+			    b->lab + at));
 		if (b->ids != NULL) {
 			size_t gi;
 
@@ -949,13 +1238,14 @@ append_run(struct build *b, const struct tq_index *ix, struct source *src,
 			    got, b->obuf + at * dim * ow);
 		at += got;
 		if (at == b->chunk) {
-			TQ_TRY(merge_flush(b, at));
+			TQ_TRY(rows_out(b, at));
 			at = 0;
 		}
 	}
 	if (at > 0)
-		TQ_TRY(merge_flush(b, at));
-	return input_done(b, src, nnew);
+		TQ_TRY(rows_out(b, at));
+	TQ_TRY(input_done(b, src, nnew));
+	return b->ivf ? ivf_emit(b, out) : TQ_OK;
 }
 
 enum tq_status

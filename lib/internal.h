@@ -170,6 +170,9 @@ unsigned tq_ncpu(void);
  *       boundaries (midpoints), for the law of one coordinate of a rotated
  *       unit vector at this dim (values in [-1, 1], not scaled by sqrt(d)).
  * CENT  2*dim f32: the centre c, then R c.  All zero when not centred.
+ * IVFC  optional, coarse lists: u32 nlist (1 .. 2^24), u32 dim, u64 0,
+ *       then nlist*dim f32 centroids in the input space (for cosine, of
+ *       the normalised vectors), all finite.
  *
  * Index sections:
  *
@@ -183,6 +186,10 @@ unsigned tq_ncpu(void);
  *       Padding rows (past n) are zero.
  * IDS   n u64 external ids.
  * ORIG  n * dim f32 or f16 originals (for cosine: normalised).
+ * LIST  present iff the quantizer has IVFC: nlist + 1 u64 row offsets,
+ *       off[0] = 0 <= off[1] <= ... <= off[nlist] = n.  The rows of list
+ *       L are rows off[L] .. off[L+1] - 1, in input order; lists need not
+ *       start on a block boundary.
  * TOMB  optional: ceil(n/8) bytes, a bitmap of deleted rows: row i is
  *       bit (i % 8) of byte i / 8, 1 = deleted.  Bits past n are zero and
  *       at least one row is live.  Codes, factors, ids and originals of a
@@ -199,6 +206,9 @@ unsigned tq_ncpu(void);
 #define TQ_TAG_IDS  TQ_TAG('I', 'D', 'S', ' ')
 #define TQ_TAG_ORIG TQ_TAG('O', 'R', 'I', 'G')
 #define TQ_TAG_TOMB TQ_TAG('T', 'O', 'M', 'B')
+#define TQ_TAG_IVFC TQ_TAG('I', 'V', 'F', 'C')
+#define TQ_TAG_LIST TQ_TAG('L', 'I', 'S', 'T')
+#define TQ_IVFC_HEADER 16u
 
 #define TQ_QPAR_SIZE 64u
 #define TQ_IPAR_SIZE 64u
@@ -240,6 +250,15 @@ unsigned tq_ncpu(void);
 /* ------------------------------------------------------------------------ */
 /* Quantizer internals                                                       */
 
+/* Coarse lists (IVF): centroids in the input space, see ivf.c. */
+struct tq_ivf {
+	uint32_t nlist;			/* 0: no lists */
+	const float *cent;		/* nlist * dim */
+	float *n2;			/* nlist: |c|^2 in the fixed order */
+	double cmax;			/* largest |c| */
+	double n2max;			/* largest n2 */
+};
+
 struct tq_quantizer {
 	uint32_t dim;
 	unsigned bits;
@@ -259,7 +278,30 @@ struct tq_quantizer {
 	float *rcentre;			/* R * centre, dim floats */
 	void *mem;			/* if non-NULL, frees rot/centre */
 	int borrowed;			/* rot/centre point into a mapping */
+	struct tq_ivf ivf;
+	float *ivfmem;			/* owned centroids, or NULL */
 };
+
+/* Fills v->n2, v->cmax and v->n2max from v->cent. */
+enum tq_status tq_ivf_prepare(struct tq_ivf *v, uint32_t dim);
+/*
+ * The best p lists (p <= nlist) of each of n rows x, best first, into
+ * lists[i * p ..]: the nearest by |x - c|^2 (x scaled to unit length
+ * first when `normalise`), or with `ip` the largest <x, c>.  Ties go to
+ * the smaller list.  Deterministic: see ivf.c.
+ */
+enum tq_status tq_ivf_nearest(const struct tq_ivf *v, uint32_t dim,
+    const float *x, size_t n, int normalise, int ip, uint32_t p,
+    uint32_t *lists);
+/*
+ * k-means (k-means++ seeding, Lloyd iterations with empty-list repair)
+ * of the m rows x into k centroids cent[k * dim].  Deterministic for a
+ * seed.  Needs m >= k.
+ */
+enum tq_status tq_kmeans(const float *x, size_t m, uint32_t dim, uint32_t k,
+    unsigned iters, uint64_t seed, float *cent);
+/* A uniform integer in [0, n) from the splitmix64 state *g. */
+uint64_t tq_rand_below(uint64_t *g, uint64_t n);
 
 /* Fills field_bits, coords_per_field, nfields from dim and bits. */
 void tq_quantizer_layout(struct tq_quantizer *q);
@@ -282,6 +324,13 @@ void tq_rotate(const struct tq_quantizer *q, const float *x, size_t n,
     float *y);
 void tq_rotate_inv(const struct tq_quantizer *q, const float *y, size_t n,
     float *x);
+/*
+ * y[i*ldy + o] = <x row i, a row o> for n rows of x (length k) and the m
+ * rows of the row-major m x k matrix a, each a dot product in one fixed
+ * order: the same bits on every x86-64 and thread count (rotation.c).
+ */
+void tq_dot_rows(const float *x, size_t ldx, size_t n, const float *a,
+    uint32_t m, uint32_t k, float *y, size_t ldy);
 
 /*
  * Encodes n rows into unpacked codes (one byte per coordinate, n*dim) and
@@ -392,7 +441,15 @@ struct tq_index {
 	const uint8_t *orig;		/* n * dim * (4 or 2) */
 	const uint8_t *tomb;		/* ceil(n/8) bytes, or NULL */
 	uint64_t live;			/* rows not deleted */
+	const uint8_t *list;		/* IVF: nlist + 1 u64 row offsets */
+	uint32_t nlist;			/* 0: flat */
 };
+
+/* IVF: the first row of list L (L <= nlist; L = nlist gives n). */
+static inline uint64_t tq_list_off(const struct tq_index *ix, uint32_t l)
+{
+	return rd_le64(ix->list + 8 * (size_t)l);
+}
 
 /* An allow-list: bit j of word b = row 32 b + j allowed (and live). */
 struct tq_filter {

@@ -34,6 +34,9 @@ tq_fit_params_default(struct tq_fit_params *p)
 	p->rotation = TQ_ROT_AUTO;
 	p->scale_search = 0;
 	p->sample = 0;
+	p->lists = 0;
+	p->train = 0;
+	p->iterations = 12;
 }
 
 void
@@ -63,6 +66,8 @@ tq_quantizer_free(struct tq_quantizer *q)
 		free(q->rot);
 		free(q->centre);	/* rcentre shares this allocation */
 	}
+	free(q->ivfmem);
+	free(q->ivf.n2);
 	free(q);
 }
 
@@ -82,6 +87,12 @@ enum tq_metric
 tq_quantizer_metric(const struct tq_quantizer *q)
 {
 	return q->metric;
+}
+
+uint32_t
+tq_quantizer_lists(const struct tq_quantizer *q)
+{
+	return q->ivf.nlist;
 }
 
 int
@@ -117,10 +128,61 @@ check_params(const struct tq_fit_params *p)
 	return TQ_OK;
 }
 
-/* The mean of the (for cosine, normalised) rows, in double. */
+/*
+ * A uniform sample of rows for k-means, kept while the data streams by
+ * (Algorithm R, seeded): memory grows with the rows kept, up to `cap`.
+ */
+struct reservoir {
+	float *rows;
+	size_t cap, len, alloc;
+	uint64_t g;
+};
+
 static enum tq_status
-data_mean(struct tq_reader *r, uint32_t dim, enum tq_metric metric,
-    uint64_t sample, float *centre)
+reservoir_add(struct reservoir *rs, const float *x, uint32_t dim,
+    uint64_t seen)
+{
+	size_t at;
+
+	if (rs->cap == 0)
+		return TQ_OK;
+	if (rs->len < rs->cap) {
+		if (rs->len == rs->alloc) {
+			size_t na = rs->alloc ? 2 * rs->alloc : 1024;
+			float *nr;
+
+			if (na > rs->cap)
+				na = rs->cap;
+			nr = tq_mallocarray(na, (size_t)dim * sizeof(float));
+			if (nr == NULL)
+				return tq_fail(TQ_ERR_NOMEM, "fit: out of memory "
+				    "for %zu sample rows", na);
+			if (rs->len > 0)
+				memcpy(nr, rs->rows, rs->len * dim *
+				    sizeof(float));
+			free(rs->rows);
+			rs->rows = nr;
+			rs->alloc = na;
+		}
+		at = rs->len++;
+	} else {
+		uint64_t j = tq_rand_below(&rs->g, seen + 1);
+
+		if (j >= rs->cap)
+			return TQ_OK;
+		at = (size_t)j;
+	}
+	memcpy(rs->rows + at * dim, x, dim * sizeof(float));
+	return TQ_OK;
+}
+
+/*
+ * One pass over the data: the mean of the (for cosine, normalised) rows,
+ * in double, and the k-means sample.  *seen receives the rows read.
+ */
+static enum tq_status
+data_pass(struct tq_reader *r, uint32_t dim, enum tq_metric metric,
+    uint64_t sample, float *centre, struct reservoir *rs, uint64_t *nseen)
 {
 	double *sum;
 	float *buf;
@@ -144,8 +206,8 @@ data_mean(struct tq_reader *r, uint32_t dim, enum tq_metric metric,
 			break;
 		if (got == 0)
 			break;
-		for (i = 0; i < got; i++) {
-			const float *x = buf + i * dim;
+		for (i = 0; i < got && st == TQ_OK; i++) {
+			float *x = buf + i * dim;
 			double scale = 1;
 
 			if (metric == TQ_METRIC_COSINE) {
@@ -157,9 +219,17 @@ data_mean(struct tq_reader *r, uint32_t dim, enum tq_metric metric,
 			}
 			for (j = 0; j < dim; j++)
 				sum[j] += scale * x[j];
+			if (rs->cap > 0) {
+				if (metric == TQ_METRIC_COSINE)
+					(void)tq_normalise(x, dim, x);
+				st = reservoir_add(rs, x, dim, seen + i);
+			}
 		}
+		if (st != TQ_OK)
+			break;
 		seen += got;
 	}
+	*nseen = seen;
 	if (st == TQ_OK && seen == 0)
 		st = tq_fail(TQ_ERR_EMPTY, "fit: the data holds no vectors");
 	if (st == TQ_OK)
@@ -170,16 +240,57 @@ data_mean(struct tq_reader *r, uint32_t dim, enum tq_metric metric,
 	return st;
 }
 
+/*
+ * The coarse lists: k-means on the sample.  TQ_LISTS_AUTO takes the
+ * square root of the rows read, and the default sample (a million rows
+ * for AUTO) is cut to TQ_TRAIN_PER_LIST rows a list once the count is
+ * known.
+ */
+static enum tq_status
+fit_lists(struct tq_quantizer *q, const struct tq_fit_params *p,
+    struct reservoir *rs, uint64_t seen)
+{
+	uint32_t k = p->lists;
+	size_t m = rs->len;
+
+	if (k == TQ_LISTS_AUTO) {
+		double r = floor(sqrt((double)seen) + 0.5);
+
+		k = r < 1.0 ? 1 : r > (double)TQ_MAX_LISTS ? TQ_MAX_LISTS :
+		    (uint32_t)r;
+		if (p->train == 0 && m > (size_t)k * TQ_TRAIN_PER_LIST)
+			m = (size_t)k * TQ_TRAIN_PER_LIST;
+	}
+	if (k > TQ_MAX_LISTS)
+		return tq_fail(TQ_ERR_ARG, "at most %u lists", TQ_MAX_LISTS);
+	if (m < k)
+		return tq_fail(TQ_ERR_ARG, "%u lists need at least %u sample "
+		    "rows; the data gave %zu", (unsigned)k, (unsigned)k, m);
+	if ((q->ivfmem = tq_mallocarray((size_t)k, (size_t)q->dim *
+	    sizeof(float))) == NULL)
+		return tq_fail(TQ_ERR_NOMEM, "fit: out of memory for %u lists",
+		    (unsigned)k);
+	TQ_TRY(tq_kmeans(rs->rows, m, q->dim, k, p->iterations, p->seed,
+	    q->ivfmem));
+	q->ivf.nlist = k;
+	q->ivf.cent = q->ivfmem;
+	return tq_ivf_prepare(&q->ivf, q->dim);
+}
+
 enum tq_status
 tq_quantizer_fit(const struct tq_fit_params *p, struct tq_reader *data,
     struct tq_quantizer **out)
 {
 	struct tq_quantizer *q;
-	uint32_t dim = p->dim;
+	struct reservoir rs;
+	uint32_t dim = p->dim, lists = p->lists;
+	uint64_t seen = 0;
 	enum tq_status st;
 
 	*out = NULL;
 	TQ_TRY(check_params(p));
+	if (lists != 0 && data == NULL)
+		return tq_fail(TQ_ERR_ARG, "lists need data to fit them");
 	if (data != NULL) {
 		uint32_t rd = tq_reader_dim(data);
 
@@ -194,6 +305,16 @@ tq_quantizer_fit(const struct tq_fit_params *p, struct tq_reader *data,
 		return tq_fail(TQ_ERR_ARG, dim == 0 ? "no dimension given "
 		    "and no data to take it from" : "dimension %u out of "
 		    "range 1..%u", (unsigned)dim, (unsigned)TQ_MAX_DIM);
+	memset(&rs, 0, sizeof(rs));
+	rs.g = p->seed ^ 0x73616d706c65ull;
+	if (lists != 0) {
+		uint64_t cap = p->train;
+
+		if (cap == 0)
+			cap = lists == TQ_LISTS_AUTO ? (uint64_t)1 << 20 :
+			    (uint64_t)lists * TQ_TRAIN_PER_LIST;
+		rs.cap = cap > SIZE_MAX / 2 ? SIZE_MAX / 2 : (size_t)cap;
+	}
 	if ((q = calloc(1, sizeof(*q))) == NULL)
 		return tq_fail(TQ_ERR_NOMEM, "fit: out of memory");
 	q->dim = dim;
@@ -204,7 +325,7 @@ tq_quantizer_fit(const struct tq_fit_params *p, struct tq_reader *data,
 	    dim <= TQ_DENSE_MAX_DIM ? TQ_ROT_DENSE : TQ_ROT_STRUCTURED;
 	q->nlevels = 1u << p->bits;
 	q->flags = (p->scale_search ? TQ_QFLAG_SCALE_SEARCH : 0) |
-	    (data != NULL ? TQ_QFLAG_CENTRED : 0);
+	    (data != NULL && !p->no_centre ? TQ_QFLAG_CENTRED : 0);
 	tq_quantizer_layout(q);
 	if ((st = tq_codebook(dim, q->bits, q->centroids, q->bounds)) !=
 	    TQ_OK)
@@ -215,17 +336,23 @@ tq_quantizer_fit(const struct tq_fit_params *p, struct tq_reader *data,
 		goto fail;
 	}
 	q->rcentre = q->centre + dim;
-	if (data != NULL && (st = data_mean(data, dim, p->metric, p->sample,
-	    q->centre)) != TQ_OK)
+	if (data != NULL && (st = data_pass(data, dim, p->metric, p->sample,
+	    q->centre, &rs, &seen)) != TQ_OK)
+		goto fail;
+	if (data != NULL && p->no_centre)
+		memset(q->centre, 0, dim * sizeof(float));
+	if (lists != 0 && (st = fit_lists(q, p, &rs, seen)) != TQ_OK)
 		goto fail;
 	if ((st = tq_rotation_make(dim, q->rotation, p->seed, &q->rot,
 	    &q->rot_len)) != TQ_OK)
 		goto fail;
-	if (data != NULL)
+	if (data != NULL && !p->no_centre)
 		tq_rotate(q, q->centre, 1, q->rcentre);
+	free(rs.rows);
 	*out = q;
 	return TQ_OK;
 fail:
+	free(rs.rows);
 	tq_quantizer_free(q);
 	return st;
 }
@@ -311,7 +438,21 @@ serialize(const struct tq_quantizer *q, struct sink *s)
 	TQ_TRY(sink_begin(s, TQ_TAG_CENT));
 	TQ_TRY(sink_floats(s, q->centre, q->dim));
 	TQ_TRY(sink_floats(s, q->rcentre, q->dim));
-	return sink_end(s);
+	TQ_TRY(sink_end(s));
+
+	if (q->ivf.nlist > 0) {
+		uint8_t hdr[TQ_IVFC_HEADER];
+
+		memset(hdr, 0, sizeof(hdr));
+		wr_le32(hdr, q->ivf.nlist);
+		wr_le32(hdr + 4, q->dim);
+		TQ_TRY(sink_begin(s, TQ_TAG_IVFC));
+		TQ_TRY(sink_write(s, hdr, sizeof(hdr)));
+		TQ_TRY(sink_floats(s, q->ivf.cent,
+		    (size_t)q->ivf.nlist * q->dim));
+		TQ_TRY(sink_end(s));
+	}
+	return TQ_OK;
 }
 
 enum tq_status
@@ -447,6 +588,47 @@ parse_cbok(const uint8_t *p, uint64_t len, struct tq_quantizer *q)
 	return TQ_OK;
 }
 
+/* The optional IVFC section: checked, then borrowed or copied. */
+static enum tq_status
+load_ivfc(const struct tq_file *f, struct tq_quantizer *q, int copy)
+{
+	const uint8_t *p;
+	uint64_t len, want;
+	uint32_t nl;
+	size_t cnt, i;
+
+	if ((p = tq_file_section(f, TQ_TAG_IVFC, &len)) == NULL)
+		return TQ_OK;
+	if (len < TQ_IVFC_HEADER)
+		return tq_fail(TQ_ERR_FORMAT, "section IVFC: too short");
+	nl = rd_le32(p);
+	if (nl < 1 || nl > TQ_MAX_LISTS || rd_le32(p + 4) != q->dim ||
+	    rd_le64(p + 8) != 0)
+		return tq_fail(TQ_ERR_FORMAT, "section IVFC: bad header");
+	want = TQ_IVFC_HEADER + (uint64_t)nl * q->dim * 4;
+	if (len != want)
+		return tq_fail(TQ_ERR_FORMAT, "section IVFC: length %llu, "
+		    "expected %llu", (unsigned long long)len,
+		    (unsigned long long)want);
+	cnt = (size_t)nl * q->dim;
+	p += TQ_IVFC_HEADER;
+	for (i = 0; i < cnt; i++)
+		if (!isfinite(rd_lef32(p + 4 * i)))
+			return tq_fail(TQ_ERR_FORMAT, "section IVFC: value %zu "
+			    "is NaN or infinite", i);
+	if (!copy && host_is_le() && ((uintptr_t)p % 4) == 0) {
+		q->ivf.cent = (const float *)(const void *)p;
+	} else {
+		if ((q->ivfmem = tq_mallocarray(cnt, sizeof(float))) == NULL)
+			return tq_fail(TQ_ERR_NOMEM, "out of memory");
+		for (i = 0; i < cnt; i++)
+			q->ivfmem[i] = rd_lef32(p + 4 * i);
+		q->ivf.cent = q->ivfmem;
+	}
+	q->ivf.nlist = nl;
+	return tq_ivf_prepare(&q->ivf, q->dim);
+}
+
 enum tq_status
 tq_quantizer_from_file(const struct tq_file *f, int copy,
     struct tq_quantizer **out)
@@ -488,6 +670,8 @@ tq_quantizer_from_file(const struct tq_file *f, int copy,
 			    "is NaN or infinite", i);
 			goto fail;
 		}
+	if ((st = load_ivfc(f, q, copy)) != TQ_OK)
+		goto fail;
 	q->rot_len = (size_t)rlen;
 	if (!copy && host_is_le() && ((uintptr_t)rp % 4) == 0 &&
 	    ((uintptr_t)ep % 4) == 0) {

@@ -916,3 +916,11 @@ tq_rotate_inv(const struct tq_quantizer *q, const float *y, size_t n,
 	memcpy(x, y, n * d * sizeof(float));
 	structured_apply(q->rot, d, x, n, 1);
 }
+
+void
+tq_dot_rows(const float *x, size_t ldx, size_t n, const float *a,
+    uint32_t m, uint32_t k, float *y, size_t ldy)
+{
+	if (n > 0 && m > 0)
+		rows_times_at(x, ldx, n, a, m, k, y, ldy);
+}

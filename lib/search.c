@@ -27,6 +27,14 @@
  * order (key, row) totally, so heaps filled over disjoint ranges of blocks
  * merge into exactly the heap of the whole scan.
  *
+ * An IVF index keeps each list's rows together.  A query's probes (its
+ * nearest lists, chosen deterministically in ivf.c) become segments: a
+ * range of rows and the blocks that cover it (lists need not start on a
+ * block boundary, so the rows of a shared block outside the list are
+ * masked).  A flat index is one segment.  Each query scans its own
+ * segments; one query alone has its segments' blocks split between the
+ * threads.
+ *
  * Deleted rows (TOMB) and rows outside an allow-list are masked with one
  * 32-bit word per block: a block whose word is zero is not scanned, and a
  * masked row never reaches a heap.  Range search scans every query over
@@ -70,6 +78,7 @@ tq_search_params_default(struct tq_search_params *p)
 	p->oversample = 1.0f;
 	p->threads = 0;
 	p->allow = NULL;
+	p->probes = 0;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -192,6 +201,11 @@ tq_lut_build(const struct tq_quantizer *q, const float *rq, struct tq_lut *t)
 /* ------------------------------------------------------------------------ */
 /* Per-thread work                                                           */
 
+/* Rows [r0, r1) of an index, in blocks [b0, b1). */
+struct seg {
+	uint64_t b0, b1, r0, r1;
+};
+
 /* What every thread reads; fixed for one chunk of queries. */
 struct ctx {
 	const struct tq_index *ix;
@@ -218,9 +232,14 @@ struct ctx {
 	uint64_t *ids;		/* output rows of the chunk's first query */
 	float *scores;
 	uint64_t tile_blocks;	/* blocks per slice of a query tile */
-	/* Block mode: the one query and its tables, built by the caller. */
+	/* IVF: probes lists a query, probe[i * probes ..] for query i. */
+	uint32_t probes;
+	const uint32_t *probe;
+	/* Block mode: the one query, its tables and its segments. */
 	size_t query;
 	const struct tq_lut *lut;
+	const struct seg *segs;
+	size_t nseg;
 };
 
 struct worker {
@@ -237,6 +256,7 @@ struct worker {
 	uint8_t *codes;		/* dim unpacked codes, for refinement */
 	struct hit *hits;	/* range search candidates, growable */
 	size_t nhits, caphits;
+	struct seg *segs;	/* a query's segments (probes of them) */
 };
 
 struct hit {
@@ -263,6 +283,42 @@ block_mask(const struct ctx *c, uint64_t b)
 	if (c->allow != NULL)
 		m &= c->allow[b];
 	return m;
+}
+
+/* Bit j: row 32 blk + j lies in rows [r0, r1) (blk within their blocks). */
+static inline uint32_t
+row_window(uint64_t blk, uint64_t r0, uint64_t r1)
+{
+	uint64_t base = blk * TQ_BLOCK;
+	uint32_t m = ~0u;
+
+	if (r0 > base)
+		m &= ~0u << (r0 - base);
+	if (r1 < base + TQ_BLOCK)
+		m &= (1u << (r1 - base)) - 1;
+	return m;
+}
+
+/* The segments query i of the chunk scans; returns their number. */
+static size_t
+query_segs(const struct ctx *c, size_t i, struct seg *sg)
+{
+	const struct tq_index *ix = c->ix;
+	size_t ns = 0;
+
+	if (ix->nlist == 0) {
+		sg[0] = (struct seg){ 0, ix->nblocks, 0, ix->n };
+		return 1;
+	}
+	for (uint32_t t = 0; t < c->probes; t++) {
+		uint32_t l = c->probe[i * c->probes + t];
+		uint64_t r0 = tq_list_off(ix, l), r1 = tq_list_off(ix, l + 1);
+
+		if (r0 < r1)
+			sg[ns++] = (struct seg){ r0 / TQ_BLOCK,
+			    (r1 + TQ_BLOCK - 1) / TQ_BLOCK, r0, r1 };
+	}
+	return ns;
 }
 
 /*
@@ -315,10 +371,13 @@ block_keys(const struct ctx *c, const struct tq_lut *t, size_t i,
 	return nj;
 }
 
-/* Scans blocks [b0, b1) for query i of the chunk into heap h. */
+/*
+ * Scans blocks [b0, b1) of segment sg for query i of the chunk into heap
+ * h; rows outside the segment are skipped.
+ */
 static void
 scan_range(struct worker *w, const struct tq_lut *t, size_t i, uint64_t b0,
-    uint64_t b1, struct tq_topk *h)
+    uint64_t b1, const struct seg *sg, struct tq_topk *h)
 {
 	const struct ctx *c = w->c;
 	const struct tq_index *ix = c->ix;
@@ -338,6 +397,7 @@ scan_range(struct worker *w, const struct tq_lut *t, size_t i, uint64_t b0,
 			unsigned j, nj = block_keys(c, t, i, b + bi,
 			    w->acc + bi * TQ_BLOCK, key, &mask);
 
+			mask &= row_window(b + bi, sg->r0, sg->r1);
 			for (j = 0; j < nj; j++) {
 				if ((mask >> j & 1) == 0)
 					continue;
@@ -493,14 +553,17 @@ range_one(struct worker *w, size_t i)
 	struct rres *res = &c->rres[i];
 	int l2 = c->metric == TQ_METRIC_L2;
 	float qn2 = c->qn2[i], margin_q;
+	const struct seg *sg;
 	uint64_t b;
-	size_t nb, e, kept = 0;
+	size_t nb, e, kept = 0, nseg;
 
 	tq_lut_build(q, c->rq + i * c->dim, t);
 	margin_q = (float)(c->rsigma * sqrt((double)qn2) +
 	    0.5 * (double)t->scale * (double)q->nfields);
 	w->nhits = 0;
-	for (b = 0; (nb = next_run(c, &b, ix->nblocks)) > 0; b += nb) {
+	nseg = query_segs(c, i, w->segs);
+	for (sg = w->segs; sg < w->segs + nseg; sg++)
+	for (b = sg->b0; (nb = next_run(c, &b, sg->b1)) > 0; b += nb) {
 		c->scan(ix->codes + b * ix->block_bytes, nb, ix->block_bytes,
 		    q->nfields, q->field_bits, t->lut, w->acc);
 		for (size_t bi = 0; bi < nb; bi++) {
@@ -512,6 +575,7 @@ range_one(struct worker *w, size_t i)
 			unsigned j, nj = block_keys(c, t, i, b + bi,
 			    w->acc + bi * TQ_BLOCK, key, &mask);
 
+			mask &= row_window(b + bi, sg->r0, sg->r1);
 			for (j = 0; j < nj; j++) {
 				float m = fabsf(fs[j]) * margin_q;
 
@@ -566,10 +630,38 @@ run(void *arg)
 		return NULL;
 	}
 	if (w->by_blocks) {
+		/* Blocks [b0, b1) of the concatenated segments. */
+		uint64_t v = 0;
+
 		tq_topk_reset(&w->cand[0]);
-		scan_range(w, c->lut, c->query, w->b0, w->b1, &w->cand[0]);
+		for (size_t e = 0; e < c->nseg; e++) {
+			const struct seg *sg = &c->segs[e];
+			uint64_t len = sg->b1 - sg->b0;
+			uint64_t lo = w->b0 > v ? w->b0 : v;
+			uint64_t hi = w->b1 < v + len ? w->b1 : v + len;
+
+			if (lo < hi)
+				scan_range(w, c->lut, c->query, sg->b0 + lo - v,
+				    sg->b0 + hi - v, sg, &w->cand[0]);
+			v += len;
+		}
 		return NULL;
 	}
+	if (c->ix->nlist > 0) {
+		/* IVF: every query its own lists. */
+		for (i = w->q0; i < w->q1; i++) {
+			size_t ns = query_segs(c, i, w->segs);
+
+			tq_lut_build(c->q, c->rq + i * c->dim, &w->lut[0]);
+			tq_topk_reset(&w->cand[0]);
+			for (size_t e = 0; e < ns; e++)
+				scan_range(w, &w->lut[0], i, w->segs[e].b0,
+				    w->segs[e].b1, &w->segs[e], &w->cand[0]);
+			finish(w, i, &w->cand[0]);
+		}
+		return NULL;
+	}
+	(void)query_segs(c, 0, w->segs);	/* flat: every row */
 	for (i = w->q0; i < w->q1; i += QTILE) {
 		size_t m = w->q1 - i < QTILE ? w->q1 - i : QTILE, j;
 		uint64_t b, nb = c->ix->nblocks, step = c->tile_blocks;
@@ -584,7 +676,7 @@ run(void *arg)
 
 			for (j = 0; j < m; j++)
 				scan_range(w, &w->lut[j], i + j, b, e,
-				    &w->cand[j]);
+				    &w->segs[0], &w->cand[j]);
 		}
 		for (j = 0; j < m; j++)
 			finish(w, i + j, &w->cand[j]);
@@ -635,6 +727,8 @@ struct scratch {
 	struct worker *w;
 	unsigned nw;
 	float *qv, *rq, *qc, *qn2;
+	uint32_t *probe;	/* chunk * probes */
+	struct seg *segs;	/* probes */
 };
 
 static void
@@ -649,6 +743,7 @@ scratch_free(struct scratch *s)
 				tq_topk_free(&s->w[t].cand[j]);
 			}
 			free(s->w[t].acc);
+			free(s->w[t].segs);
 			free(s->w[t].codes);
 			free(s->w[t].hits);
 			tq_topk_free(&s->w[t].fin);
@@ -658,12 +753,16 @@ scratch_free(struct scratch *s)
 	free(s->rq);
 	free(s->qc);
 	free(s->qn2);
+	free(s->probe);
+	free(s->segs);
 }
 
 static enum tq_status
 scratch_alloc(struct scratch *s, const struct tq_quantizer *q, unsigned nw,
-    size_t chunk, uint32_t kc, uint32_t kf, int cosine)
+    size_t chunk, uint32_t kc, uint32_t kf, int cosine, uint32_t probes)
 {
+	size_t nseg = probes > 0 ? probes : 1;
+
 	size_t lutbytes = (size_t)q->nfields << q->field_bits;
 	unsigned t, j;
 
@@ -678,7 +777,8 @@ scratch_alloc(struct scratch *s, const struct tq_quantizer *q, unsigned nw,
 		w->acc = tq_mallocarray(SCAN_BLOCKS * TQ_BLOCK,
 		    sizeof(*w->acc));
 		w->codes = malloc(q->dim);
-		if (w->acc == NULL || w->codes == NULL)
+		w->segs = tq_mallocarray(nseg, sizeof(*w->segs));
+		if (w->acc == NULL || w->codes == NULL || w->segs == NULL)
 			return tq_fail(TQ_ERR_NOMEM, "search: sums");
 		for (j = 0; j < QTILE; j++) {
 			w->lut[j].lut = malloc(lutbytes);
@@ -693,17 +793,21 @@ scratch_alloc(struct scratch *s, const struct tq_quantizer *q, unsigned nw,
 	s->qn2 = tq_mallocarray(chunk, sizeof(*s->qn2));
 	if (cosine)
 		s->qv = tq_mallocarray(chunk * q->dim, sizeof(*s->qv));
+	s->segs = tq_mallocarray(nseg, sizeof(*s->segs));
+	if (probes > 0)
+		s->probe = tq_mallocarray(chunk, probes * sizeof(*s->probe));
 	if (s->rq == NULL || s->qc == NULL || s->qn2 == NULL ||
-	    (cosine && s->qv == NULL))
+	    (cosine && s->qv == NULL) || s->segs == NULL ||
+	    (probes > 0 && s->probe == NULL))
 		return tq_fail(TQ_ERR_NOMEM, "search: query buffers");
 	return TQ_OK;
 }
 
 /*
- * Prepares m queries: normalised (cosine), <q, c>, |q|^2 and R q into the
- * scratch, and points c at them.
+ * Prepares m queries: normalised (cosine), <q, c>, |q|^2, R q and (IVF)
+ * the lists to probe into the scratch, and points c at them.
  */
-static void
+static enum tq_status
 prepare(const struct tq_quantizer *q, const float *qv, size_t m,
     struct scratch *s, struct ctx *c)
 {
@@ -732,13 +836,29 @@ prepare(const struct tq_quantizer *q, const float *qv, size_t m,
 		qv = s->qv;
 	tq_rotate(q, qv, m, s->rq);
 	c->qv = qv;
+	if (c->probes > 0)
+		return tq_ivf_nearest(&q->ivf, dim, qv, m, 0,
+		    q->metric == TQ_METRIC_IP, c->probes, s->probe);
+	return TQ_OK;
+}
+
+/* Lists a query probes: p->probes, or the default share; <= nlist. */
+static uint32_t
+resolve_probes(const struct tq_index *ix, const struct tq_search_params *p)
+{
+	uint32_t nl = ix->nlist, pr = p->probes;
+
+	if (nl == 0)
+		return 0;
+	if (pr == 0)
+		pr = (nl + TQ_PROBES_AUTO_DIV - 1) / TQ_PROBES_AUTO_DIV;
+	return pr > nl ? nl : pr;
 }
 
 /* Searches one prepared chunk of m queries with up to nw workers. */
 static void
 search_chunk(struct ctx *c, struct scratch *s, size_t m)
 {
-	const struct tq_index *ix = c->ix;
 	unsigned nw = s->nw, t;
 	size_t i;
 
@@ -754,21 +874,27 @@ search_chunk(struct ctx *c, struct scratch *s, size_t m)
 	}
 
 	/* Few queries: split each query's blocks, merge the heaps. */
-	if (ix->nblocks < nw)
-		nw = ix->nblocks > 0 ? (unsigned)ix->nblocks : 1;
 	for (i = 0; i < m; i++) {
 		struct worker *w0 = &s->w[0];
+		uint64_t vb = 0;
+		unsigned n = s->nw;
 
 		tq_lut_build(c->q, c->rq + i * c->dim, &w0->lut[0]);
 		c->query = i;
 		c->lut = &w0->lut[0];
-		for (t = 0; t < nw; t++) {
+		c->nseg = query_segs(c, i, s->segs);
+		c->segs = s->segs;
+		for (size_t e = 0; e < c->nseg; e++)
+			vb += s->segs[e].b1 - s->segs[e].b0;
+		if (vb < n)
+			n = vb > 0 ? (unsigned)vb : 1;
+		for (t = 0; t < n; t++) {
 			s->w[t].by_blocks = 1;
-			s->w[t].b0 = ix->nblocks * t / nw;
-			s->w[t].b1 = ix->nblocks * (t + 1) / nw;
+			s->w[t].b0 = vb * t / n;
+			s->w[t].b1 = vb * (t + 1) / n;
 		}
-		run_all(s->w, nw);
-		for (t = 1; t < nw; t++) {
+		run_all(s->w, n);
+		for (t = 1; t < n; t++) {
 			const struct tq_topk *h = &s->w[t].cand[0];
 			uint32_t e;
 
@@ -791,6 +917,7 @@ tq_search(const struct tq_index *ix, const float *queries, size_t nq,
 	uint32_t dim, kc, kf;
 	size_t chunk, c0, i;
 	unsigned nw;
+	uint32_t probes;
 	int cosine;
 	enum tq_status st;
 
@@ -851,8 +978,9 @@ tq_search(const struct tq_index *ix, const float *queries, size_t nq,
 		nw = (unsigned)(nq > ix->nblocks ? nq :
 		    ix->nblocks > 0 ? ix->nblocks : 1);
 	cosine = q->metric == TQ_METRIC_COSINE;
+	probes = resolve_probes(ix, p);
 
-	st = scratch_alloc(&s, q, nw, chunk, kc, kf, cosine);
+	st = scratch_alloc(&s, q, nw, chunk, kc, kf, cosine, probes);
 	if (st != TQ_OK) {
 		scratch_free(&s);
 		return st;
@@ -873,19 +1001,22 @@ tq_search(const struct tq_index *ix, const float *queries, size_t nq,
 	c.tile_blocks = TILE_BYTES / ix->block_bytes;
 	if (c.tile_blocks < 1)
 		c.tile_blocks = 1;
+	c.probes = probes;
+	c.probe = s.probe;
 	for (i = 0; i < nw; i++)
 		s.w[i].c = &c;
 
 	for (c0 = 0; c0 < nq; c0 += chunk) {
 		size_t m = nq - c0 < chunk ? nq - c0 : chunk;
 
-		prepare(q, queries + c0 * dim, m, &s, &c);
+		if ((st = prepare(q, queries + c0 * dim, m, &s, &c)) != TQ_OK)
+			break;
 		c.ids = ids + c0 * p->k;
 		c.scores = scores + c0 * p->k;
 		search_chunk(&c, &s, m);
 	}
 	scratch_free(&s);
-	return TQ_OK;
+	return st;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -958,7 +1089,7 @@ tq_search_range(const struct tq_index *ix, const float *queries, size_t nq,
 	if (nw > chunk)
 		nw = (unsigned)chunk;
 	st = scratch_alloc(&s, q, nw, chunk, 1, 1,
-	    q->metric == TQ_METRIC_COSINE);
+	    q->metric == TQ_METRIC_COSINE, resolve_probes(ix, p));
 	if (st == TQ_OK && (rres = tq_callocarray(chunk, sizeof(*rres))) ==
 	    NULL)
 		st = tq_fail(TQ_ERR_NOMEM, "out of memory");
@@ -977,6 +1108,8 @@ tq_search_range(const struct tq_index *ix, const float *queries, size_t nq,
 	c.allow = p->allow != NULL ? p->allow->words : NULL;
 	c.masked = c.allow != NULL || ix->tomb != NULL;
 	c.range = 1;
+	c.probes = resolve_probes(ix, p);
+	c.probe = s.probe;
 	c.rkey = q->metric == TQ_METRIC_L2 ? -radius : radius;
 	c.rmax = max;
 	c.rres = rres;
@@ -992,7 +1125,9 @@ tq_search_range(const struct tq_index *ix, const float *queries, size_t nq,
 		size_t m = nq - c0 < chunk ? nq - c0 : chunk;
 		unsigned n = nw < m ? nw : (unsigned)m;
 
-		prepare(q, queries + c0 * q->dim, m, &s, &c);
+		if ((st = prepare(q, queries + c0 * q->dim, m, &s, &c)) !=
+		    TQ_OK)
+			break;
 		memset(rres, 0, m * sizeof(*rres));
 		for (t = 0; t < n; t++) {
 			s.w[t].q0 = m * t / n;

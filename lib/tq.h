@@ -212,17 +212,45 @@ struct tq_fit_params {
 	uint64_t seed;		/* rotation seed */
 	enum tq_rotation rotation;
 	int scale_search;	/* 1: exact per-vector scale search on encode */
-	uint64_t sample;	/* rows of `data` used for the mean; 0 = all */
+	uint64_t sample;	/* read only the first `sample` rows of `data`
+				   (mean and lists); 0 = all */
+	uint32_t lists;		/* coarse lists (IVF), 0 = none, or
+				   TQ_LISTS_AUTO: round(sqrt(rows read)) */
+	uint64_t train;		/* k-means sample: rows drawn uniformly (seeded)
+				   from those read; 0 = TQ_TRAIN_PER_LIST
+				   a list */
+	unsigned iterations;	/* k-means iterations (at most; stops early
+				   when no row changes list) */
+	int no_centre;		/* 1: centre 0 even with data (which then
+				   serves the lists only) */
 };
+#define TQ_LISTS_AUTO UINT32_MAX
+#define TQ_MAX_LISTS (1u << 24)
+#define TQ_TRAIN_PER_LIST 128u
 
-/* Default parameters: bits 4, metric l2, seed 42, auto rotation. */
+/*
+ * Default parameters: bits 4, metric l2, seed 42, auto rotation, no
+ * lists, 12 k-means iterations.
+ */
 void tq_fit_params_default(struct tq_fit_params *p);
 
 /*
  * Makes a quantizer.  With `data` != NULL the mean of the (for cosine,
  * normalised) vectors is stored as the centre; with NULL the centre is 0.
+ *
+ * With p->lists != 0 (which needs `data`), the quantizer also holds that
+ * many coarse centroids for IVF indexes, fitted by k-means (k-means++
+ * seeding, Lloyd iterations, empty lists repaired by splitting the
+ * largest) on a uniform sample of the rows, in the space of the
+ * (normalised, for cosine) vectors: the rotation is orthogonal, so this
+ * is k-means in the rotated space too.  An index built with such a
+ * quantizer keeps each list's rows together and a search scans only the
+ * lists nearest the query (tq_search_params.probes).
+ *
  * The result depends only on the parameters and the data: the same
- * arguments give the same bytes.
+ * arguments give the same bytes, whatever the thread count (sgemm is
+ * used for speed, but every choice of list is settled in a fixed
+ * summation order).  Memory: the sample, rows * dim floats.
  */
 enum tq_status tq_quantizer_fit(const struct tq_fit_params *p,
     struct tq_reader *data, struct tq_quantizer **out);
@@ -237,6 +265,8 @@ uint32_t tq_quantizer_dim(const struct tq_quantizer *q);
 unsigned tq_quantizer_bits(const struct tq_quantizer *q);
 enum tq_metric tq_quantizer_metric(const struct tq_quantizer *q);
 int tq_quantizer_centred(const struct tq_quantizer *q);
+/* Number of coarse lists, 0 for none. */
+uint32_t tq_quantizer_lists(const struct tq_quantizer *q);
 /* Bytes of one vector's packed codes in a code stream: ceil(dim*bits/8). */
 size_t tq_code_bytes(const struct tq_quantizer *q);
 
@@ -295,12 +325,23 @@ enum tq_originals {
 struct tq_build_params {
 	enum tq_originals originals;	/* default TQ_ORIG_F32 */
 	unsigned threads;		/* 0 = all cores; output never depends on it */
+	uint64_t memory;		/* IVF: bytes of rows reordered at once;
+					   0 = TQ_BUILD_MEMORY */
 };
+#define TQ_BUILD_MEMORY ((uint64_t)256 << 20)
 void tq_build_params_default(struct tq_build_params *p);
 
 /*
  * Builds an index file from `corpus` in one streaming pass, with memory
- * bounded by a chunk of rows (independent of the corpus size).  `ids`, when
+ * bounded by a chunk of rows (independent of the corpus size).
+ *
+ * With a quantizer that has lists, each row is assigned to its nearest
+ * list and the index stores the lists one after another, each in input
+ * order.  The corpus is still read once: the encoded rows go to an
+ * unlinked temporary file beside `path` (about the size of the index),
+ * which is then read sequentially once per p->memory bytes of output
+ * rows to write them list by list.  Peak memory is about p->memory plus
+ * a few chunks, whatever the corpus size.  `ids`, when
  * not NULL, gives one external id per row (it must hold exactly as many);
  * otherwise the ids are the row numbers 0, 1, ...  The output is written
  * to a temporary file and renamed into place: `path` is never left torn.
@@ -390,8 +431,13 @@ struct tq_search_params {
 	unsigned threads;	/* 0 = all cores; results never depend on it */
 	const struct tq_filter *allow;	/* NULL: every live row; else only
 				   the rows it allows (built for this index) */
+	uint32_t probes;	/* IVF index: lists scanned per query, the
+				   nearest to it; 0 = TQ_PROBES_AUTO; more
+				   than the lists = all.  Flat: ignored */
 };
-/* k 10, oversample 1, threads 0, allow NULL. */
+/* The default probes: this share of the lists (at least 1). */
+#define TQ_PROBES_AUTO_DIV 16u
+/* k 10, oversample 1, threads 0, allow NULL, probes 0. */
 void tq_search_params_default(struct tq_search_params *p);
 
 /*
@@ -475,6 +521,7 @@ struct tq_file_info {
 	int centred;
 	int scale_search;
 	/* index (zero for a quantizer file) */
+	uint32_t lists;			/* coarse lists, 0 = none (flat) */
 	uint64_t count;
 	uint64_t live;			/* rows not deleted */
 	enum tq_originals originals;

@@ -121,6 +121,26 @@ fit(uint32_t dim, unsigned bits, enum tq_metric m)
 	return q;
 }
 
+/* A quantizer fitted on x (centre and, if lists > 0, lists). */
+static struct tq_quantizer *
+fit_data(const float *x, size_t n, uint32_t dim, unsigned bits,
+    enum tq_metric m, uint32_t lists)
+{
+	struct tq_fit_params fp;
+	struct tq_quantizer *q = NULL;
+	struct tq_reader *r;
+
+	write_fixture(unit_path("fit.bin"), x, n, dim);
+	CHECK_OK(tq_reader_open(unit_path("fit.bin"), NULL, &r));
+	tq_fit_params_default(&fp);
+	fp.bits = bits;
+	fp.metric = m;
+	fp.lists = lists;
+	CHECK_OK(tq_quantizer_fit(&fp, r, &q));
+	tq_reader_close(r);
+	return q;
+}
+
 /* Exact score (metric convention) of x for query y. */
 static double
 score(enum tq_metric m, const float *y, const float *x, uint32_t dim)
@@ -533,11 +553,13 @@ test_tomb_checks(void)
 /* ------------------------------------------------------------------------ */
 
 static void
-test_append_one(enum tq_metric m, unsigned bits, enum tq_originals o)
+test_append_one(enum tq_metric m, unsigned bits, enum tq_originals o,
+    uint32_t lists)
 {
 	const uint32_t dim = 20, na = 150, nb = 77;
-	struct tq_quantizer *q = fit(dim, bits, m);
 	float *x = make_data(na + nb, dim);
+	struct tq_quantizer *q = lists ? fit_data(x, na, dim, bits, m, lists) :
+	    fit(dim, bits, m);
 	struct tq_reader *r;
 	struct tq_build_params bp;
 	char ba[4096], bu[4096];
@@ -591,10 +613,13 @@ test_append_one(enum tq_metric m, unsigned bits, enum tq_originals o)
 static void
 test_append(void)
 {
-	test_append_one(TQ_METRIC_L2, 4, TQ_ORIG_F32);
-	test_append_one(TQ_METRIC_COSINE, 3, TQ_ORIG_F16);
-	test_append_one(TQ_METRIC_IP, 1, TQ_ORIG_NONE);
-	test_append_one(TQ_METRIC_L2, 2, TQ_ORIG_F32);
+	test_append_one(TQ_METRIC_L2, 4, TQ_ORIG_F32, 0);
+	test_append_one(TQ_METRIC_COSINE, 3, TQ_ORIG_F16, 0);
+	test_append_one(TQ_METRIC_IP, 1, TQ_ORIG_NONE, 0);
+	test_append_one(TQ_METRIC_L2, 2, TQ_ORIG_F32, 0);
+	/* IVF: old rows keep their lists, new ones join theirs. */
+	test_append_one(TQ_METRIC_L2, 4, TQ_ORIG_F32, 7);
+	test_append_one(TQ_METRIC_COSINE, 2, TQ_ORIG_NONE, 3);
 }
 
 /* Failures leave the index as it was: NaN, wrong dimension, ids. */
@@ -663,6 +688,269 @@ test_append_errors(void)
 	free(x);
 }
 
+/* ------------------------------------------------------------------------ */
+/* IVF                                                                       */
+
+/*
+ * tq_ivf_nearest equals ranking every list by its fixed-order score,
+ * ties by the smaller list, for l2, normalised l2 and ip; duplicate
+ * centroids tie exactly.
+ */
+static void
+test_ivf_nearest(void)
+{
+	const uint32_t dim = 33, nl = 37, n = 300, p = 5;
+	float *c = make_data(nl, dim), *x = make_data(n, dim);
+	struct tq_ivf v;
+	uint32_t *got = malloc(n * p * sizeof(*got));
+
+	memcpy(c + 5 * dim, c + 20 * dim, dim * sizeof(float));	/* tie */
+	memcpy(x, c + 20 * dim, dim * sizeof(float));	/* on the tie */
+	memset(&v, 0, sizeof(v));
+	v.nlist = nl;
+	v.cent = c;
+	CHECK_OK(tq_ivf_prepare(&v, dim));
+	for (int mode = 0; mode < 3; mode++) {
+		int norm = mode == 1, ip = mode == 2, bad = 0;
+
+		CHECK_OK(tq_ivf_nearest(&v, dim, x, n, norm, ip, p, got));
+		for (uint32_t i = 0; i < n; i++) {
+			float sc[37], nx = 0, inv = 1;
+			uint32_t best[5];
+
+			for (uint32_t d = 0; d < dim; d++)
+				nx += x[i * dim + d] * x[i * dim + d];
+			if (norm)
+				inv = (float)(1.0 / sqrt((double)nx));
+			tq_dot_rows(x + i * dim, dim, 1, c, nl, dim, sc, 1);
+			for (uint32_t o = 0; o < nl; o++)
+				sc[o] = ip ? sc[o] * inv :
+				    2.0f * (sc[o] * inv) - v.n2[o];
+			for (uint32_t t = 0; t < p; t++) {
+				uint32_t b = UINT32_MAX;
+
+				for (uint32_t o = 0; o < nl; o++) {
+					int used = 0;
+
+					for (uint32_t u = 0; u < t; u++)
+						used |= best[u] == o;
+					if (!used && (b == UINT32_MAX ||
+					    sc[o] > sc[b]))
+						b = o;
+				}
+				best[t] = b;
+				bad |= got[i * p + t] != b;
+			}
+		}
+		CHECK(!bad);
+		if (mode == 0)
+			CHECK(got[0] == 5 && got[1] == 20);
+	}
+	free(v.n2);
+	free(c);
+	free(x);
+	free(got);
+}
+
+/* k-means finds well separated clusters and is deterministic. */
+static void
+test_kmeans(void)
+{
+	const uint32_t dim = 16, k = 8;
+	const size_t n = 800;
+	float *x = malloc(n * dim * sizeof(float)), c1[8 * 16], c2[8 * 16];
+	uint32_t lab[800], map[8];
+	int pure = 1;
+
+	for (size_t i = 0; i < n; i++)
+		for (uint32_t d = 0; d < dim; d++)
+			x[i * dim + d] = (d == i % k ? 100.0f : 0.0f) +
+			    0.1f * gauss();
+	CHECK_OK(tq_kmeans(x, n, dim, k, 20, 1, c1));
+	CHECK_OK(tq_kmeans(x, n, dim, k, 20, 1, c2));
+	CHECK(memcmp(c1, c2, sizeof(c1)) == 0);
+	{
+		struct tq_ivf v = { k, c1, NULL, 0, 0 };
+
+		CHECK_OK(tq_ivf_prepare(&v, dim));
+		CHECK_OK(tq_ivf_nearest(&v, dim, x, n, 0, 0, 1, lab));
+		free(v.n2);
+	}
+	for (uint32_t c = 0; c < k; c++)
+		map[c] = lab[c];
+	for (size_t i = 0; i < n; i++)
+		pure &= lab[i] == map[i % k];
+	for (uint32_t a = 0; a < k; a++)
+		for (uint32_t b = a + 1; b < k; b++)
+			pure &= map[a] != map[b];
+	CHECK(pure);
+	/* Three distinct rows, five lists: empty lists are repaired. */
+	for (size_t i = 0; i < 60; i++)
+		for (uint32_t d = 0; d < dim; d++)
+			x[i * dim + d] = (float)(i % 3) * (float)(d + 1);
+	CHECK_OK(tq_kmeans(x, 60, dim, 5, 10, 3, c1));
+	for (uint32_t i = 0; i < 5 * dim; i++)
+		CHECK(isfinite(c1[i]));
+	CHECK_ST(tq_kmeans(x, 4, dim, 5, 10, 3, c1), TQ_ERR_ARG);
+	free(x);
+}
+
+/*
+ * An IVF index: lists hold their rows; probing every list gives the flat
+ * index's results; fewer probes give exactly the best rows of the probed
+ * lists; builds do not depend on threads or the window size; results do
+ * not depend on threads or batching; a bad LIST is refused.
+ */
+static void
+test_ivf_one(enum tq_metric m, unsigned bits)
+{
+	const uint32_t dim = 24, n = 700, nq = 9, k = 10, nl = 6;
+	float *x = make_data(n + nq, dim), *qs = x + (size_t)n * dim;
+	struct tq_quantizer *qi = fit_data(x, n, dim, bits, m, nl);
+	struct tq_quantizer *qf = fit_data(x, n, dim, bits, m, 0);
+	struct tq_index *ix, *fx;
+	struct tq_search_params sp;
+	struct tq_build_params bp;
+	struct tq_reader *r;
+	uint64_t ia[90], ib[90];
+	float sa[90], sb[90];
+	uint32_t *lab = malloc(n * sizeof(*lab)), pr[9 * 2];
+	char bi[4096], bf[4096];
+	const char *pi = path_of(bi, "ivf.tqi"), *pf = path_of(bf, "flat.tqi");
+	int ok = 1;
+
+	CHECK(tq_quantizer_lists(qi) == nl && tq_quantizer_lists(qf) == 0);
+	CHECK_OK(build(qi, x, n, NULL, TQ_ORIG_F32, pi));
+	CHECK_OK(build(qf, x, n, NULL, TQ_ORIG_F32, pf));
+	CHECK_OK(tq_index_open(pi, &ix));
+	CHECK_OK(tq_index_open(pf, &fx));
+	CHECK(ix->nlist == nl && fx->nlist == 0);
+
+	/* Every row sits in its nearest list, in input order. */
+	CHECK_OK(tq_ivf_nearest(&qi->ivf, dim, x, n, m == TQ_METRIC_COSINE,
+	    0, 1, lab));
+	for (uint32_t l = 0; l < nl; l++)
+		for (uint64_t rr = tq_list_off(ix, l); rr < tq_list_off(ix,
+		    l + 1); rr++) {
+			ok &= lab[tq_index_id(ix, rr)] == l;
+			ok &= rr == tq_list_off(ix, l) ||
+			    tq_index_id(ix, rr) > tq_index_id(ix, rr - 1);
+		}
+	CHECK(ok);
+
+	/* All probes == flat, with and without re-rank. */
+	for (int rr = 0; rr < 2; rr++) {
+		tq_search_params_default(&sp);
+		sp.k = k;
+		sp.oversample = rr ? 3.0f : 1.0f;
+		sp.probes = nl;
+		CHECK_OK(tq_search(ix, qs, nq, &sp, ia, sa));
+		CHECK_OK(tq_search(fx, qs, nq, &sp, ib, sb));
+		CHECK(memcmp(ia, ib, sizeof(ia)) == 0);
+		CHECK(memcmp(sa, sb, sizeof(sa)) == 0);
+	}
+
+	/* Two probes, re-rank of every candidate == brute force there. */
+	tq_search_params_default(&sp);
+	sp.k = k;
+	sp.probes = 2;
+	sp.oversample = 1000.0f;
+	sp.threads = 1;
+	CHECK_OK(tq_search(ix, qs, nq, &sp, ia, sa));
+	CHECK_OK(tq_ivf_nearest(&qi->ivf, dim, qs, nq, m == TQ_METRIC_COSINE,
+	    m == TQ_METRIC_IP, 2, pr));
+	ok = 1;
+	for (uint32_t i = 0; i < nq; i++) {
+		struct cand c[700];
+		size_t nc = 0;
+
+		for (uint32_t t = 0; t < 2; t++)
+			for (uint64_t rr = tq_list_off(ix, pr[i * 2 + t]);
+			    rr < tq_list_off(ix, pr[i * 2 + t] + 1); rr++) {
+				uint64_t id = tq_index_id(ix, rr);
+
+				c[nc].s = score(m, qs + i * dim, x + id * dim,
+				    dim);
+				c[nc++].id = id;
+			}
+		sort_metric = m;
+		qsort(c, nc, sizeof(*c), cmp_cand);
+		for (uint32_t t = 0; t < k && t < nc; t++)
+			ok &= ia[i * k + t] == c[t].id;
+	}
+	CHECK(ok);
+
+	/* Threads and batching change nothing; one query at a time. */
+	sp.oversample = 1.0f;
+	sp.threads = 1;
+	CHECK_OK(tq_search(ix, qs, nq, &sp, ia, sa));
+	sp.threads = 3;
+	for (uint32_t i = 0; i < nq; i++)
+		CHECK_OK(tq_search(ix, qs + i * dim, 1, &sp, ib + i * k,
+		    sb + i * k));
+	CHECK(memcmp(ia, ib, sizeof(ia)) == 0);
+	CHECK(memcmp(sa, sb, sizeof(sa)) == 0);
+	tq_index_close(ix);
+	tq_index_close(fx);
+
+	/* Threads and a window of one chunk give the same file. */
+	tq_build_params_default(&bp);
+	bp.threads = 1;
+	bp.memory = 1;
+	CHECK_OK(tq_reader_open(unit_path("build.bin"), NULL, &r));
+	CHECK_OK(tq_build(qi, r, NULL, &bp, unit_path("ivf1.tqi")));
+	tq_reader_close(r);
+	CHECK(files_equal(pi, unit_path("ivf1.tqi")));
+
+	tq_quantizer_free(qi);
+	tq_quantizer_free(qf);
+	free(x);
+	free(lab);
+}
+
+static void
+test_ivf(void)
+{
+	test_ivf_one(TQ_METRIC_L2, 4);
+	test_ivf_one(TQ_METRIC_COSINE, 3);
+	test_ivf_one(TQ_METRIC_IP, 2);
+}
+
+/* A LIST section out of order, or without lists, is refused. */
+static void
+test_ivf_checks(void)
+{
+	const uint32_t dim = 8, n = 100;
+	float *x = make_data(n, dim);
+	struct tq_quantizer *q = fit_data(x, n, dim, 4, TQ_METRIC_L2, 4);
+	struct tq_index *ix;
+	struct tq_file_info fi;
+	char b[4096];
+	const char *p = path_of(b, "lc.tqi");
+	FILE *fp;
+	uint64_t off = 0;
+	uint8_t v[8];
+
+	CHECK_OK(build(q, x, n, NULL, TQ_ORIG_NONE, p));
+	CHECK_OK(tq_file_info(p, &fi));
+	CHECK(fi.lists == 4);
+	for (uint32_t i = 0; i < fi.nsections; i++)
+		if (memcmp(fi.sections[i].tag, "LIST", 4) == 0)
+			off = fi.sections[i].offset;
+	CHECK(off != 0);
+	/* off[1] past n. */
+	fp = fopen(p, "r+b");
+	wr_le64(v, n + 1);
+	fseek(fp, (long)off + 8, SEEK_SET);
+	fwrite(v, 1, 8, fp);
+	fclose(fp);
+	CHECK_ST(tq_index_open(p, &ix), TQ_ERR_FORMAT);
+	CHECK_DETAIL("section LIST");
+	CHECK_ST(tq_file_verify(p), TQ_ERR_CHECKSUM);
+	tq_quantizer_free(q);
+	free(x);
+}
+
 int
 main(void)
 {
@@ -673,5 +961,9 @@ main(void)
 	RUN(test_tomb_checks);
 	RUN(test_append);
 	RUN(test_append_errors);
+	RUN(test_ivf_nearest);
+	RUN(test_kmeans);
+	RUN(test_ivf);
+	RUN(test_ivf_checks);
 	return unit_done();
 }
