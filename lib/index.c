@@ -25,6 +25,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -35,6 +36,9 @@ tq_build_params_default(struct tq_build_params *p)
 	memset(p, 0, sizeof(*p));
 	p->originals = TQ_ORIG_F32;
 	p->threads = 0;
+	p->memory = 0;
+	p->dups = 1;
+	p->dup_ratio = 1.2f;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -204,7 +208,10 @@ struct build {
 	/* IVF only */
 	int ivf;
 	unsigned s_list;
-	uint32_t *lab;		/* chunk: list of each buffered row */
+	uint32_t dups;		/* most lists a row goes to */
+	uint32_t *lab;		/* chunk * dups: lists of each buffered row,
+				   UINT32_MAX for none */
+	float *lsc;		/* chunk * dups: their scores */
 	int sfd;		/* spill file */
 	uint8_t *sbuf;		/* spill write buffer */
 	size_t slen, scap;
@@ -225,6 +232,7 @@ build_free(struct build *b)
 	free(b->idtmp);
 	free(b->obuf);
 	free(b->lab);
+	free(b->lsc);
 	free(b->sbuf);
 	free(b->count);
 	if (b->sfd >= 0)
@@ -257,11 +265,15 @@ build_alloc(struct build *b)
 		return tq_fail(TQ_ERR_NOMEM, "out of memory");
 	b->ivf = b->q->ivf.nlist > 0;
 	if (b->ivf) {
-		b->lab = tq_mallocarray(b->chunk, sizeof(*b->lab));
+		b->dups = b->p->dups > 1 ? b->p->dups : 1;
+		if (b->dups > b->q->ivf.nlist)
+			b->dups = b->q->ivf.nlist;
+		b->lab = tq_mallocarray(b->chunk, b->dups * sizeof(*b->lab));
+		b->lsc = tq_mallocarray(b->chunk, b->dups * sizeof(*b->lsc));
 		b->count = tq_callocarray(b->q->ivf.nlist, sizeof(*b->count));
 		b->scap = (size_t)4 << 20;
 		b->sbuf = malloc(b->scap);
-		if (!b->lab || !b->count || !b->sbuf)
+		if (!b->lab || !b->lsc || !b->count || !b->sbuf)
 			return tq_fail(TQ_ERR_NOMEM, "out of memory");
 	}
 	return TQ_OK;
@@ -279,6 +291,10 @@ write_ipar(struct build *b, uint64_t n, uint64_t nblocks)
 	wr_le32(ip + 20, (uint32_t)b->block_bytes);
 	wr_le32(ip + 24, (uint32_t)b->p->originals);
 	wr_le32(ip + 28, TQ_NFACTORS);
+	if (b->ivf && b->dups > 1) {
+		wr_le32(ip + 32, b->dups);
+		wr_lef32(ip + 36, b->p->dup_ratio);
+	}
 	TQ_TRY(tq_fw_begin(b->fw, TQ_TAG_IPAR));
 	TQ_TRY(tq_fw_write(b->fw, ip, sizeof(ip)));
 	return tq_fw_end(b->fw);
@@ -338,13 +354,39 @@ convert_originals(const struct tq_quantizer *q, enum tq_originals o,
 
 static enum tq_status rows_out(struct build *b, size_t rows);
 
-/* The nearest list of each of `rows` input rows x into lab. */
+/*
+ * The lists of `rows` input rows x into b->lab from row `at` on: the
+ * nearest, and with dups > 1 up to dups - 1 more whose squared distance
+ * is at most dup_ratio times the nearest's (the others UINT32_MAX).
+ */
 static enum tq_status
-assign_rows(const struct tq_quantizer *q, const float *x, size_t rows,
-    uint32_t *lab)
+assign_rows(struct build *b, const float *x, size_t rows, size_t at)
 {
-	return tq_ivf_nearest(&q->ivf, q->dim, x, rows,
-	    q->metric == TQ_METRIC_COSINE, 0, 1, lab);
+	const struct tq_quantizer *q = b->q;
+	uint32_t m = b->dups, *lab = b->lab + at * m;
+	float *sc = b->lsc + at * m;
+	int cos = q->metric == TQ_METRIC_COSINE;
+
+	TQ_TRY(tq_ivf_nearest(&q->ivf, q->dim, x, rows, cos, 0, m, lab, sc));
+	for (size_t i = 0; m > 1 && i < rows; i++) {
+		const float *xi = x + i * q->dim;
+		float n2;
+		double d0;
+
+		tq_dot_rows(xi, q->dim, 1, xi, 1, q->dim, &n2, 1);
+		if (cos)
+			n2 = n2 > 0.0f ? 1.0f : 0.0f;
+		d0 = (double)n2 - (double)sc[i * m];
+		if (d0 < 0.0)
+			d0 = 0.0;
+		for (uint32_t t = 1; t < m; t++) {
+			double d = (double)n2 - (double)sc[i * m + t];
+
+			if (d > (double)b->p->dup_ratio * d0)
+				lab[i * m + t] = UINT32_MAX;
+		}
+	}
+	return TQ_OK;
 }
 
 static enum tq_status
@@ -355,7 +397,7 @@ write_chunk(struct build *b, size_t rows, uint64_t row0, unsigned threads)
 
 	TQ_TRY(encode_chunk(q, b->x, rows, threads, b->codes, b->factors));
 	if (b->ivf)
-		TQ_TRY(assign_rows(q, b->x, rows, b->lab));
+		TQ_TRY(assign_rows(b, b->x, rows, 0));
 
 	/* External ids. */
 	if (b->ids != NULL) {
@@ -512,16 +554,19 @@ spill_rows(struct build *b, size_t rows)
 	const struct tq_quantizer *q = b->q;
 	size_t cb = tq_code_bytes(q), ob = orig_bytes(b);
 
-	for (size_t i = 0; i < rows; i++) {
+	for (size_t e = 0; e < rows * b->dups; e++) {
+		size_t i = e / b->dups;
 		uint8_t *r;
 
+		if (b->lab[e] == UINT32_MAX)
+			continue;
 		if (b->slen + b->rec > b->scap) {
 			TQ_TRY(write_all(b->sfd, b->sbuf, b->slen, b->soff));
 			b->soff += b->slen;
 			b->slen = 0;
 		}
 		r = b->sbuf + b->slen;
-		wr_le32(r, b->lab[i]);
+		wr_le32(r, b->lab[e]);
 		tq_pack_row(q, b->codes + i * q->dim, r + 4);
 		memcpy(r + 4 + cb, b->factors + i * TQ_NFACTORS,
 		    TQ_NFACTORS * sizeof(float));
@@ -531,9 +576,9 @@ spill_rows(struct build *b, size_t rows)
 			memcpy(r + 4 + cb + TQ_NFACTORS * sizeof(float) + 8,
 			    b->obuf + i * ob, ob);
 		b->slen += b->rec;
-		b->count[b->lab[i]]++;
+		b->count[b->lab[e]]++;
+		b->srows++;
 	}
-	b->srows += rows;
 	return TQ_OK;
 }
 
@@ -560,6 +605,18 @@ record_to_chunk(struct build *b, const uint8_t *r, size_t at)
 		    sizeof(float) + 8, ob);
 }
 
+/* Opens the output and sizes its sections for n rows. */
+static enum tq_status
+open_output(struct build *b, const char *path, uint64_t n)
+{
+	uint64_t nblocks = (n + TQ_BLOCK - 1) / TQ_BLOCK;
+
+	TQ_TRY(tq_fw_open(path, TQ_FILE_INDEX, 12, &b->fw));
+	TQ_TRY(tq_quantizer_write_sections(b->q, b->fw));
+	TQ_TRY(write_ipar(b, n, nblocks));
+	return reserve_rows(b, n, nblocks);
+}
+
 /*
  * Writes the spilled rows list by list.  Output rows [r0, r1) form a
  * window of at most p->memory bytes of records; one sequential read of
@@ -576,7 +633,8 @@ ivf_emit(struct build *b, const char *path)
 	size_t rbytes = ((size_t)4 << 20) / b->rec * b->rec;
 	enum tq_status st = TQ_OK;
 
-	(void)path;
+	/* Copies in more lists make the row count known only now. */
+	TQ_TRY(open_output(b, path, n));
 	if (b->slen > 0) {
 		TQ_TRY(write_all(b->sfd, b->sbuf, b->slen, b->soff));
 		b->soff += b->slen;
@@ -657,8 +715,7 @@ done:
 static enum tq_status
 build_run(struct build *b, struct source *src, const char *path)
 {
-	const struct tq_quantizer *q = b->q;
-	uint64_t n, nblocks, row = 0;
+	uint64_t n, row = 0;
 	unsigned threads = b->p->threads ? b->p->threads : tq_ncpu();
 	size_t got;
 
@@ -668,14 +725,10 @@ build_run(struct build *b, struct source *src, const char *path)
 	src->n = n;
 	if (n == 0)
 		return tq_fail(TQ_ERR_EMPTY, "no vectors");
-	nblocks = (n + TQ_BLOCK - 1) / TQ_BLOCK;
-
-	TQ_TRY(tq_fw_open(path, TQ_FILE_INDEX, 12, &b->fw));
-	TQ_TRY(tq_quantizer_write_sections(q, b->fw));
-	TQ_TRY(write_ipar(b, n, nblocks));
-	TQ_TRY(reserve_rows(b, n, nblocks));
 	if (b->ivf)
 		TQ_TRY(spill_open(b, path));
+	else
+		TQ_TRY(open_output(b, path, n));
 
 	while (row < n) {
 		size_t want = n - row < b->chunk ? (size_t)(n - row) : b->chunk;
@@ -709,6 +762,13 @@ tq_build(const struct tq_quantizer *q, struct tq_reader *corpus,
 	}
 	if (p->originals > TQ_ORIG_F16)
 		return tq_fail(TQ_ERR_ARG, "bad originals format");
+	if (p->dups > 1 && q->ivf.nlist == 0)
+		return tq_fail(TQ_ERR_ARG, "copies in several lists need a "
+		    "quantizer with lists");
+	if (p->dups > 1 && (p->dups > q->ivf.nlist ||
+	    !(p->dup_ratio >= 1.0f && p->dup_ratio <= 1e6f)))
+		return tq_fail(TQ_ERR_ARG, "copies: at most %u lists and a "
+		    "ratio from 1 to 1e6", (unsigned)q->ivf.nlist);
 	if (tq_reader_dim(corpus) != q->dim)
 		return tq_fail(TQ_ERR_MISMATCH, "dimension %u does not match "
 		    "the quantizer (%u)", tq_reader_dim(corpus), q->dim);
@@ -762,6 +822,12 @@ index_bind(struct tq_index *ix)
 		    "parameters");
 	ix->nblocks = nblocks;
 	ix->originals = (enum tq_originals)orig;
+	ix->dups = rd_le32(ip + 32);
+	ix->dup_ratio = rd_lef32(ip + 36);
+	if (ix->dups == 1 || (ix->dups == 0 && ix->dup_ratio != 0.0f) ||
+	    (ix->dups > 1 && (ix->dups > ix->q->ivf.nlist ||
+	    !(ix->dup_ratio >= 1.0f && ix->dup_ratio <= 1e6f))))
+		return tq_fail(TQ_ERR_FORMAT, "section IPAR: bad list copies");
 
 	ix->codes = tq_file_section(f, TQ_TAG_CODE, &len);
 	if (ix->codes == NULL || ck_mul64(nblocks, ix->block_bytes, &want) ||
@@ -850,6 +916,19 @@ tq_index_open(const char *path, struct tq_index **out)
 	if ((rc = index_bind(ix)) != TQ_OK) {
 		tq_index_close(ix);
 		return rc;
+	}
+	if (ix->orig != NULL) {
+		/*
+		 * A re-rank reads a few scattered rows of the originals:
+		 * without read-ahead each costs the pages it spans, so an
+		 * index larger than memory keeps only the codes resident.
+		 */
+		uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+		uintptr_t a0 = (uintptr_t)ix->orig & ~(pg - 1);
+		uintptr_t a1 = (uintptr_t)ix->orig + (uintptr_t)(ix->n *
+		    ix->q->dim * (ix->originals == TQ_ORIG_F32 ? 4 : 2));
+
+		(void)madvise((void *)a0, a1 - a0, MADV_RANDOM);
 	}
 	*out = ix;
 	return TQ_OK;
@@ -1172,12 +1251,10 @@ append_run(struct build *b, const struct tq_index *ix, struct source *src,
 	}
 	total = ix->live + nnew;
 
-	TQ_TRY(tq_fw_open(out, TQ_FILE_INDEX, 12, &b->fw));
-	TQ_TRY(tq_quantizer_write_sections(q, b->fw));
-	TQ_TRY(write_ipar(b, total, (total + TQ_BLOCK - 1) / TQ_BLOCK));
-	TQ_TRY(reserve_rows(b, total, (total + TQ_BLOCK - 1) / TQ_BLOCK));
 	if (b->ivf)
 		TQ_TRY(spill_open(b, out));
+	else
+		TQ_TRY(open_output(b, out, total));
 
 	for (uint64_t r = 0, l = 0; r < ix->n; r++) {
 		const float *fs = ix->factors + r / TQ_BLOCK * TQ_BLOCK *
@@ -1189,7 +1266,9 @@ append_run(struct build *b, const struct tq_index *ix, struct source *src,
 		if (b->ivf) {
 			while (tq_list_off(ix, (uint32_t)l + 1) <= r)
 				l++;
-			b->lab[at] = (uint32_t)l;
+			b->lab[at * b->dups] = (uint32_t)l;
+			for (uint32_t t = 1; t < b->dups; t++)
+				b->lab[at * b->dups + t] = UINT32_MAX;
 		}
 		tq_unpack_block_row(q, ix->codes + r / TQ_BLOCK *
 		    ix->block_bytes, j, b->codes + at * dim);
@@ -1217,8 +1296,7 @@ append_run(struct build *b, const struct tq_index *ix, struct source *src,
 		TQ_TRY(encode_chunk(q, b->x + at * dim, got, threads,
 		    b->codes + at * dim, b->factors + at * TQ_NFACTORS));
 		if (b->ivf)
-			TQ_TRY(assign_rows(q, b->x + at * dim, got,
-			    b->lab + at));
+			TQ_TRY(assign_rows(b, b->x + at * dim, got, at));
 		if (b->ids != NULL) {
 			size_t gi;
 
@@ -1275,6 +1353,8 @@ tq_index_append(const char *path, struct tq_reader *corpus,
 	else
 		tq_build_params_default(&bp);
 	bp.originals = ix->originals;
+	bp.dups = ix->dups;
+	bp.dup_ratio = ix->dup_ratio;
 	src.dim = ix->q->dim;
 	memset(&b, 0, sizeof(b));
 	b.q = ix->q;

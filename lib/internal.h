@@ -180,7 +180,9 @@ unsigned tq_ncpu(void);
  *     0 u64 n (vectors)   8 u64 number of 32-vector blocks
  *    16 u32 block size (32)   20 u32 bytes per block of codes
  *    24 u32 originals (0 none, 1 f32, 2 f16)   28 u32 factors per vector (3)
- *    32 .. 63 reserved, 0
+ *    32 u32 IVF: most lists a vector was copied to (0: one; else 2 ..
+ *       nlist)   36 f32 the distance ratio of the copies (0 with one)
+ *    40 .. 63 reserved, 0
  * CODE  nblocks * block_bytes: the codes in the blocked scan layout below.
  * FACT  nblocks * 32 * 3 f32: per block, s[32], b'[32], |x|^2[32].
  *       Padding rows (past n) are zero.
@@ -288,11 +290,13 @@ enum tq_status tq_ivf_prepare(struct tq_ivf *v, uint32_t dim);
  * The best p lists (p <= nlist) of each of n rows x, best first, into
  * lists[i * p ..]: the nearest by |x - c|^2 (x scaled to unit length
  * first when `normalise`), or with `ip` the largest <x, c>.  Ties go to
- * the smaller list.  Deterministic: see ivf.c.
+ * the smaller list.  With `scores` != NULL their scores go to the same
+ * places: <x, c> for ip, else 2 <x, c> - |c|^2 (= |x|^2 - |x - c|^2).
+ * Deterministic: see ivf.c.
  */
 enum tq_status tq_ivf_nearest(const struct tq_ivf *v, uint32_t dim,
     const float *x, size_t n, int normalise, int ip, uint32_t p,
-    uint32_t *lists);
+    uint32_t *lists, float *scores);
 /*
  * k-means (k-means++ seeding, Lloyd iterations with empty-list repair)
  * of the m rows x into k centroids cent[k * dim].  Deterministic for a
@@ -443,6 +447,8 @@ struct tq_index {
 	uint64_t live;			/* rows not deleted */
 	const uint8_t *list;		/* IVF: nlist + 1 u64 row offsets */
 	uint32_t nlist;			/* 0: flat */
+	uint32_t dups;			/* IVF: copies of a vector, 0 = 1 */
+	float dup_ratio;
 };
 
 /* IVF: the first row of list L (L <= nlist; L = nlist gives n). */

@@ -62,7 +62,8 @@ list_score(const struct tq_ivf *v, uint32_t o, float dot, float inv, int ip)
 
 enum tq_status
 tq_ivf_nearest(const struct tq_ivf *v, uint32_t dim, const float *x,
-    size_t n, int normalise, int ip, uint32_t p, uint32_t *lists)
+    size_t n, int normalise, int ip, uint32_t p, uint32_t *lists,
+    float *scores)
 {
 	uint32_t nl = v->nlist, *cand = NULL;
 	size_t rb = n < NEAR_ROWS ? n : NEAR_ROWS;
@@ -134,8 +135,11 @@ tq_ivf_nearest(const struct tq_ivf *v, uint32_t dim, const float *x,
 				    o);
 			}
 			tq_topk_sort(&h);
-			for (t = 0; t < p; t++)
+			for (t = 0; t < p; t++) {
 				out[t] = (uint32_t)h.id[t];
+				if (scores != NULL)
+					scores[(r0 + i) * p + t] = h.key[t];
+			}
 		}
 	}
 done:
@@ -292,7 +296,8 @@ tq_kmeans(const float *x, size_t m, uint32_t dim, uint32_t k,
 		int changed = it == 0;
 
 		if ((st = tq_ivf_prepare(&v, dim)) != TQ_OK ||
-		    (st = tq_ivf_nearest(&v, dim, x, m, 0, 0, 1, lab)) != TQ_OK)
+		    (st = tq_ivf_nearest(&v, dim, x, m, 0, 0, 1, lab, NULL)) !=
+		    TQ_OK)
 			goto done;
 		for (i = 0; i < m && !changed; i++)
 			changed = lab[i] != prev[i];

@@ -327,6 +327,10 @@ struct tq_build_params {
 	unsigned threads;		/* 0 = all cores; output never depends on it */
 	uint64_t memory;		/* IVF: bytes of rows reordered at once;
 					   0 = TQ_BUILD_MEMORY */
+	uint32_t dups;			/* IVF: a vector goes to at most this
+					   many lists (0, 1: its nearest) */
+	float dup_ratio;		/* ... those whose squared distance is at
+					   most dup_ratio times the nearest's */
 };
 #define TQ_BUILD_MEMORY ((uint64_t)256 << 20)
 void tq_build_params_default(struct tq_build_params *p);

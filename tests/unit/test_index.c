@@ -713,7 +713,7 @@ test_ivf_nearest(void)
 	for (int mode = 0; mode < 3; mode++) {
 		int norm = mode == 1, ip = mode == 2, bad = 0;
 
-		CHECK_OK(tq_ivf_nearest(&v, dim, x, n, norm, ip, p, got));
+		CHECK_OK(tq_ivf_nearest(&v, dim, x, n, norm, ip, p, got, NULL));
 		for (uint32_t i = 0; i < n; i++) {
 			float sc[37], nx = 0, inv = 1;
 			uint32_t best[5];
@@ -773,7 +773,7 @@ test_kmeans(void)
 		struct tq_ivf v = { k, c1, NULL, 0, 0 };
 
 		CHECK_OK(tq_ivf_prepare(&v, dim));
-		CHECK_OK(tq_ivf_nearest(&v, dim, x, n, 0, 0, 1, lab));
+		CHECK_OK(tq_ivf_nearest(&v, dim, x, n, 0, 0, 1, lab, NULL));
 		free(v.n2);
 	}
 	for (uint32_t c = 0; c < k; c++)
@@ -828,7 +828,7 @@ test_ivf_one(enum tq_metric m, unsigned bits)
 
 	/* Every row sits in its nearest list, in input order. */
 	CHECK_OK(tq_ivf_nearest(&qi->ivf, dim, x, n, m == TQ_METRIC_COSINE,
-	    0, 1, lab));
+	    0, 1, lab, NULL));
 	for (uint32_t l = 0; l < nl; l++)
 		for (uint64_t rr = tq_list_off(ix, l); rr < tq_list_off(ix,
 		    l + 1); rr++) {
@@ -858,7 +858,7 @@ test_ivf_one(enum tq_metric m, unsigned bits)
 	sp.threads = 1;
 	CHECK_OK(tq_search(ix, qs, nq, &sp, ia, sa));
 	CHECK_OK(tq_ivf_nearest(&qi->ivf, dim, qs, nq, m == TQ_METRIC_COSINE,
-	    m == TQ_METRIC_IP, 2, pr));
+	    m == TQ_METRIC_IP, 2, pr, NULL));
 	ok = 1;
 	for (uint32_t i = 0; i < nq; i++) {
 		struct cand c[700];
@@ -916,6 +916,96 @@ test_ivf(void)
 	test_ivf_one(TQ_METRIC_IP, 2);
 }
 
+/*
+ * Copies in several lists: every vector in its 3 nearest lists (ratio
+ * large) triples the rows; all probes still give the flat results, each
+ * id once; fewer copies with a tight ratio; append keeps the setting and
+ * equals a fresh build; copies need lists.
+ */
+static void
+test_ivf_dups(void)
+{
+	const uint32_t dim = 16, n = 400, nq = 6, k = 8, nl = 5;
+	float *x = make_data(n + nq, dim), *qs = x + (size_t)n * dim;
+	struct tq_quantizer *qi = fit_data(x, n, dim, 4, TQ_METRIC_L2, nl);
+	struct tq_quantizer *qf = fit_data(x, n, dim, 4, TQ_METRIC_L2, 0);
+	struct tq_build_params bp;
+	struct tq_search_params sp;
+	struct tq_reader *r;
+	struct tq_index *ix, *fx;
+	uint64_t ia[48], ib[48];
+	float sa[48], sb[48];
+	char b1[4096], b2[4096];
+	const char *pd = path_of(b1, "dups.tqi"), *pf = path_of(b2, "df.tqi");
+
+	CHECK_OK(build(qf, x, n, NULL, TQ_ORIG_F32, pf));
+	write_fixture(unit_path("d.bin"), x, n, dim);
+	tq_build_params_default(&bp);
+	bp.dups = 3;
+	bp.dup_ratio = 1e6f;
+	CHECK_OK(tq_reader_open(unit_path("d.bin"), NULL, &r));
+	CHECK_OK(tq_build(qi, r, NULL, &bp, pd));
+	tq_reader_close(r);
+	CHECK_OK(tq_index_open(pd, &ix));
+	CHECK_OK(tq_index_open(pf, &fx));
+	CHECK(tq_index_count(ix) == 3 * n && ix->dups == 3);
+	for (int rr = 0; rr < 2; rr++) {
+		tq_search_params_default(&sp);
+		sp.k = k;
+		sp.probes = nl;
+		sp.oversample = rr ? 5.0f : 1.0f;
+		CHECK_OK(tq_search(ix, qs, nq, &sp, ia, sa));
+		CHECK_OK(tq_search(fx, qs, nq, &sp, ib, sb));
+		CHECK(memcmp(ia, ib, sizeof(ia)) == 0);
+		CHECK(memcmp(sa, sb, sizeof(sa)) == 0);
+	}
+	{
+		struct tq_range ra, rb;
+
+		tq_search_params_default(&sp);
+		sp.probes = nl;
+		CHECK_OK(tq_search_range(ix, qs, nq, &sp, sb[k - 1], 0, &ra));
+		CHECK_OK(tq_search_range(fx, qs, nq, &sp, sb[k - 1], 0, &rb));
+		CHECK(ra.off[nq] == rb.off[nq] && memcmp(ra.ids, rb.ids,
+		    rb.off[nq] * sizeof(uint64_t)) == 0);
+		tq_range_free(&ra);
+		tq_range_free(&rb);
+	}
+	tq_index_close(ix);
+	tq_index_close(fx);
+
+	/* A tighter ratio: between one and three copies. */
+	bp.dup_ratio = 4.0f;
+	CHECK_OK(tq_reader_open(unit_path("d.bin"), NULL, &r));
+	CHECK_OK(tq_build(qi, r, NULL, &bp, pd));
+	tq_reader_close(r);
+	CHECK_OK(tq_index_open(pd, &ix));
+	CHECK(tq_index_count(ix) > n && tq_index_count(ix) < 3 * n);
+	tq_index_close(ix);
+
+	/* Append keeps the copies setting: equals the fresh build. */
+	write_fixture(unit_path("d1.bin"), x, 300, dim);
+	write_fixture(unit_path("d2.bin"), x + 300 * dim, n - 300, dim);
+	CHECK_OK(tq_reader_open(unit_path("d1.bin"), NULL, &r));
+	CHECK_OK(tq_build(qi, r, NULL, &bp, unit_path("d12.tqi")));
+	tq_reader_close(r);
+	CHECK_OK(tq_reader_open(unit_path("d2.bin"), NULL, &r));
+	CHECK_OK(tq_index_append(unit_path("d12.tqi"), r, NULL, NULL,
+	    unit_path("d12.tqi")));
+	tq_reader_close(r);
+	CHECK(files_equal(pd, unit_path("d12.tqi")));
+
+	/* Copies need lists, and at most nlist of them. */
+	CHECK_OK(tq_reader_open(unit_path("d.bin"), NULL, &r));
+	CHECK_ST(tq_build(qf, r, NULL, &bp, pf), TQ_ERR_ARG);
+	bp.dups = nl + 1;
+	CHECK_ST(tq_build(qi, r, NULL, &bp, pd), TQ_ERR_ARG);
+	tq_reader_close(r);
+	tq_quantizer_free(qi);
+	tq_quantizer_free(qf);
+	free(x);
+}
+
 /* A LIST section out of order, or without lists, is refused. */
 static void
 test_ivf_checks(void)
@@ -964,6 +1054,7 @@ main(void)
 	RUN(test_ivf_nearest);
 	RUN(test_kmeans);
 	RUN(test_ivf);
+	RUN(test_ivf_dups);
 	RUN(test_ivf_checks);
 	return unit_done();
 }
