@@ -7,24 +7,31 @@
 #include "common.h"
 
 static const char usage_str[] =
-    "tq-build [-q quantizer | [-b bits] [-m metric] [-s seed] [--no-centre]]\n"
-    "                [--ids file] [--originals f32|f16|none] [--threads n]\n"
+    "tq-build [-q quantizer | [-b bits] [-m metric] [-s seed] [--no-centre]\n"
+    "                [--lists n|auto]] [--ids file] [--originals f32|f16|none]\n"
+    "                [--threads n] [--memory MiB] [--dups m] [--dup-ratio r]\n"
     "                [--dataset name] [-v] -o index corpus\n"
-    "       tq-build --append [--ids file] [--threads n] [--dataset name] [-v]\n"
-    "                [-o output] index corpus\n"
+    "       tq-build --append [--ids file] [--threads n] [--memory MiB]\n"
+    "                [--dataset name] [-v] [-o output] index corpus\n"
     "       tq-build --delete ids [-v] [-o output] index\n"
-    "       tq-build --compact [--threads n] [-v] [-o output] index";
+    "       tq-build --compact [--threads n] [--memory MiB] [-v] [-o output]\n"
+    "                index";
 
-enum { OPT_APPEND = 256, OPT_COMPACT, OPT_DATASET, OPT_DELETE, OPT_IDS,
-    OPT_NO_CENTRE, OPT_ORIGINALS, OPT_THREADS };
+enum { OPT_APPEND = 256, OPT_COMPACT, OPT_DATASET, OPT_DELETE, OPT_DUP_RATIO,
+    OPT_DUPS, OPT_IDS, OPT_LISTS, OPT_MEMORY, OPT_NO_CENTRE, OPT_ORIGINALS,
+    OPT_THREADS };
 
 static const struct option longopts[] = {
 	{ "append",	no_argument,		NULL, OPT_APPEND },
 	{ "compact",	no_argument,		NULL, OPT_COMPACT },
 	{ "dataset",	required_argument,	NULL, OPT_DATASET },
 	{ "delete",	required_argument,	NULL, OPT_DELETE },
+	{ "dup-ratio",	required_argument,	NULL, OPT_DUP_RATIO },
+	{ "dups",	required_argument,	NULL, OPT_DUPS },
 	{ "help",	no_argument,		NULL, 'h' },
 	{ "ids",	required_argument,	NULL, OPT_IDS },
+	{ "lists",	required_argument,	NULL, OPT_LISTS },
+	{ "memory",	required_argument,	NULL, OPT_MEMORY },
 	{ "no-centre",	no_argument,		NULL, OPT_NO_CENTRE },
 	{ "originals",	required_argument,	NULL, OPT_ORIGINALS },
 	{ "threads",	required_argument,	NULL, OPT_THREADS },
@@ -64,7 +71,8 @@ static const char *
 blame(enum tq_status st, const char *corpus, const char *ids, const char *out)
 {
 	static const char *outputs[] = { "write", "truncate", "fsync", "close",
-	    "rename", "cannot create", "spool", "open", "index too large" };
+	    "rename", "cannot create", "spool", "spill", "open",
+	    "index too large" };
 	const char *d = tq_errdetail();
 	size_t i;
 
@@ -171,10 +179,17 @@ fit(struct tq_fit_params *p, const char *corpus, const char *dataset,
 	struct tq_reader *data = NULL;
 	enum tq_status st;
 
-	/* Centring reads the corpus a first time; stdin cannot be re-read. */
-	if (centre && strcmp(corpus, "-") != 0 &&
+	/*
+	 * Centring and lists read the corpus a first time; stdin cannot be
+	 * re-read, so it is built uncentred and lists need a file.
+	 */
+	if (p->lists != 0 && strcmp(corpus, "-") == 0)
+		die("-: --lists needs a corpus file, not standard input "
+		    "(or a quantizer fitted by tq-fit, with -q)");
+	if ((centre || p->lists != 0) && strcmp(corpus, "-") != 0 &&
 	    (st = tq_reader_open(corpus, dataset, &data)) != TQ_OK)
 		die_status(st, corpus);
+	p->no_centre = !centre;
 	p->dim = dim;
 	if ((st = tq_quantizer_fit(p, data, &q)) != TQ_OK)
 		die_status(st, in_name(corpus));
@@ -196,7 +211,7 @@ main(int argc, char *argv[])
 	enum tq_status st;
 	double t0;
 	int ch, centre = 1, fitopt = 0, verbose = 0, mode = 0, nmodes = 0;
-	int origopt = 0;
+	int origopt = 0, dupopt = 0;
 
 	cmd_init(argv, usage_str);
 	tq_fit_params_default(&fp);
@@ -242,8 +257,26 @@ main(int argc, char *argv[])
 			nmodes++;
 			delpath = optarg;
 			break;
+		case OPT_DUP_RATIO:
+			bp.dup_ratio = parse_float(optarg, 1, 1e6f,
+			    "dup-ratio");
+			dupopt = 1;
+			break;
+		case OPT_DUPS:
+			bp.dups = parse_u32(optarg, 1, TQ_MAX_LISTS, "dups");
+			dupopt = 1;
+			break;
 		case OPT_IDS:
 			idspath = optarg;
+			break;
+		case OPT_LISTS:
+			fp.lists = strcmp(optarg, "auto") == 0 ? TQ_LISTS_AUTO :
+			    parse_u32(optarg, 1, TQ_MAX_LISTS, "lists");
+			fitopt = 1;
+			break;
+		case OPT_MEMORY:
+			bp.memory = parse_u64(optarg, 1, UINT64_MAX >> 20,
+			    "memory") << 20;
 			break;
 		case OPT_NO_CENTRE:
 			centre = 0;
@@ -273,10 +306,11 @@ main(int argc, char *argv[])
 	if (nmodes > 1)
 		usage_error("only one of --append, --delete and --compact");
 	if (mode != 0) {
-		if (qpath != NULL || fitopt || origopt)
-			usage_error("--%s keeps the index's quantizer and "
-			    "originals: no -q, -b, -m, -s, --no-centre or "
-			    "--originals", mode == OPT_APPEND ? "append" :
+		if (qpath != NULL || fitopt || origopt || dupopt)
+			usage_error("--%s keeps the index's quantizer, "
+			    "originals and copies: no -q, -b, -m, -s, "
+			    "--no-centre, --lists, --originals, --dups or "
+			    "--dup-ratio", mode == OPT_APPEND ? "append" :
 			    mode == OPT_DELETE ? "delete" : "compact");
 		if (mode != OPT_APPEND && idspath != NULL)
 			usage_error("--ids goes with --append");
@@ -284,7 +318,8 @@ main(int argc, char *argv[])
 		    verbose, argc, argv);
 	}
 	if (qpath != NULL && fitopt)
-		usage_error("-q cannot be used with -b, -m, -s or --no-centre");
+		usage_error("-q cannot be used with -b, -m, -s, --no-centre or "
+		    "--lists");
 	if (out == NULL)
 		usage_error("-o is required");
 	if (argc < 1)
@@ -305,6 +340,13 @@ main(int argc, char *argv[])
 			    tq_quantizer_dim(q));
 	} else
 		q = fit(&fp, corpus, dataset, tq_reader_dim(r), centre);
+	if (bp.dups > 1 && tq_quantizer_lists(q) == 0)
+		die("%s: --dups needs a quantizer with lists (tq-fit --lists)",
+		    qpath != NULL ? qpath : in_name(corpus));
+	if (bp.dups > 1 && bp.dups > tq_quantizer_lists(q))
+		die("%s: --dups %u is more than the %u lists",
+		    qpath != NULL ? qpath : in_name(corpus), (unsigned)bp.dups,
+		    (unsigned)tq_quantizer_lists(q));
 	if (idspath != NULL) {
 		if (strcmp(idspath, "-") != 0 && tq_reader_count(r) >= 0) {
 			uint64_t nid = count_ids(idspath);

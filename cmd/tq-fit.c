@@ -2,24 +2,29 @@
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common.h"
 
 static const char usage_str[] =
     "tq-fit [-b bits] [-m metric] [-s seed] [--dataset name] [--no-centre]\n"
     "              [--rotation auto|dense|structured] [--sample n] [--scale-search]\n"
+    "              [--lists n|auto] [--train n] [--iterations n]\n"
     "              (-d dim | -i corpus) -o quantizer";
 
-enum { OPT_DATASET = 256, OPT_NO_CENTRE, OPT_ROTATION, OPT_SAMPLE,
-    OPT_SCALE_SEARCH };
+enum { OPT_DATASET = 256, OPT_ITERATIONS, OPT_LISTS, OPT_NO_CENTRE,
+    OPT_ROTATION, OPT_SAMPLE, OPT_SCALE_SEARCH, OPT_TRAIN };
 
 static const struct option longopts[] = {
 	{ "dataset",		required_argument,	NULL, OPT_DATASET },
 	{ "help",		no_argument,		NULL, 'h' },
+	{ "iterations",		required_argument,	NULL, OPT_ITERATIONS },
+	{ "lists",		required_argument,	NULL, OPT_LISTS },
 	{ "no-centre",		no_argument,		NULL, OPT_NO_CENTRE },
 	{ "rotation",		required_argument,	NULL, OPT_ROTATION },
 	{ "sample",		required_argument,	NULL, OPT_SAMPLE },
 	{ "scale-search",	no_argument,		NULL, OPT_SCALE_SEARCH },
+	{ "train",		required_argument,	NULL, OPT_TRAIN },
 	{ "version",		no_argument,		NULL, 'V' },
 	{ NULL,			0,			NULL, 0 }
 };
@@ -33,7 +38,7 @@ main(int argc, char *argv[])
 	const char *corpus = NULL, *dataset = "train", *out = NULL;
 	enum tq_status st;
 	uint32_t dim = 0;
-	int ch, centre = 1;
+	int ch;
 
 	cmd_init(argv, usage_str);
 	tq_fit_params_default(&p);
@@ -65,8 +70,15 @@ main(int argc, char *argv[])
 		case OPT_DATASET:
 			dataset = optarg;
 			break;
+		case OPT_ITERATIONS:
+			p.iterations = parse_u32(optarg, 1, 1000, "iterations");
+			break;
+		case OPT_LISTS:
+			p.lists = strcmp(optarg, "auto") == 0 ? TQ_LISTS_AUTO :
+			    parse_u32(optarg, 1, TQ_MAX_LISTS, "lists");
+			break;
 		case OPT_NO_CENTRE:
-			centre = 0;
+			p.no_centre = 1;
 			break;
 		case OPT_ROTATION:
 			p.rotation = parse_rotation(optarg);
@@ -76,6 +88,9 @@ main(int argc, char *argv[])
 			break;
 		case OPT_SCALE_SEARCH:
 			p.scale_search = 1;
+			break;
+		case OPT_TRAIN:
+			p.train = parse_u64(optarg, 1, UINT64_MAX, "train");
 			break;
 		default:
 			usage_exit();
@@ -89,6 +104,8 @@ main(int argc, char *argv[])
 		usage_error("-d or -i is required");
 	if (out == NULL)
 		usage_error("-o is required");
+	if (p.lists != 0 && corpus == NULL)
+		usage_error("--lists needs -i corpus to fit them");
 
 	if (corpus != NULL) {
 		if ((st = tq_reader_open(corpus, dataset, &r)) != TQ_OK)
@@ -98,7 +115,8 @@ main(int argc, char *argv[])
 		dim = tq_reader_dim(r);
 	}
 	p.dim = dim;
-	st = tq_quantizer_fit(&p, centre ? r : NULL, &q);
+	st = tq_quantizer_fit(&p, r != NULL && (!p.no_centre || p.lists) ?
+	    r : NULL, &q);
 	if (st != TQ_OK)
 		die_status(st, r != NULL ? in_name(corpus) : NULL);
 	tq_reader_close(r);

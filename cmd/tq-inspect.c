@@ -41,6 +41,8 @@ print_text(const struct tq_file_info *fi, int verified)
 	printf("rotation %s\n", rotation_name(fi->rotation));
 	printf("centred %s\n", fi->centred ? "yes" : "no");
 	printf("scale-search %s\n", fi->scale_search ? "yes" : "no");
+	if (fi->lists > 0)
+		printf("lists %u\n", (unsigned)fi->lists);
 	if (fi->kind == TQ_FILE_INDEX) {
 		printf("vectors %llu\n", (unsigned long long)fi->count);
 		if (fi->live < fi->count)
@@ -78,6 +80,7 @@ print_json(const char *path, const struct tq_file_info *fi, int verified)
 	    tq_metric_name(fi->metric), (unsigned long long)fi->seed,
 	    rotation_name(fi->rotation), fi->centred ? "true" : "false",
 	    fi->scale_search ? "true" : "false");
+	printf(",\"lists\":%u", (unsigned)fi->lists);
 	if (fi->kind == TQ_FILE_INDEX)
 		printf(",\"vectors\":%llu,\"originals\":\"%s\","
 		    "\"bytes_per_vector\":%.1f,"

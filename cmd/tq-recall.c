@@ -24,10 +24,13 @@ static const char usage_str[] =
     "[-m metric]\n"
     "                 [-s seed] [-k k] [--oversample list] [--threads n] "
     "[--no-centre]\n"
+    "                 [--lists n|auto] [--probes list] "
+    "[--sweep param=list]\n"
     "                 [--queries-limit n] [--json]";
 
-enum { OPT_CORPUS = 256, OPT_DATASET, OPT_HDF5, OPT_JSON, OPT_NO_CENTRE,
-    OPT_OVERSAMPLE, OPT_QUERIES, OPT_QUERIES_LIMIT, OPT_THREADS, OPT_TRUTH };
+enum { OPT_CORPUS = 256, OPT_DATASET, OPT_HDF5, OPT_JSON, OPT_LISTS,
+    OPT_NO_CENTRE, OPT_OVERSAMPLE, OPT_PROBES, OPT_QUERIES, OPT_QUERIES_LIMIT,
+    OPT_SWEEP, OPT_THREADS, OPT_TRUTH };
 
 static const struct option longopts[] = {
 	{ "corpus",		required_argument,	NULL, OPT_CORPUS },
@@ -35,10 +38,13 @@ static const struct option longopts[] = {
 	{ "hdf5",		required_argument,	NULL, OPT_HDF5 },
 	{ "help",		no_argument,		NULL, 'h' },
 	{ "json",		no_argument,		NULL, OPT_JSON },
+	{ "lists",		required_argument,	NULL, OPT_LISTS },
 	{ "no-centre",		no_argument,		NULL, OPT_NO_CENTRE },
 	{ "oversample",		required_argument,	NULL, OPT_OVERSAMPLE },
+	{ "probes",		required_argument,	NULL, OPT_PROBES },
 	{ "queries",		required_argument,	NULL, OPT_QUERIES },
 	{ "queries-limit",	required_argument,	NULL, OPT_QUERIES_LIMIT },
+	{ "sweep",		required_argument,	NULL, OPT_SWEEP },
 	{ "threads",		required_argument,	NULL, OPT_THREADS },
 	{ "truth",		no_argument,		NULL, OPT_TRUTH },
 	{ "version",		no_argument,		NULL, 'V' },
@@ -61,6 +67,9 @@ struct opts {
 	int k_set;
 	float oversample[MAX_OVERSAMPLE];
 	int noversample;
+	uint32_t lists;
+	uint32_t probes[MAX_OVERSAMPLE];	/* 0: the library's default */
+	int nprobes;
 };
 
 /* Sorted, deduplicated first c entries; returns how many remain. */
@@ -394,6 +403,7 @@ percentile(const double *v, size_t n, double p)
 
 struct run {
 	float oversample;
+	uint32_t probes;
 	double recall[NCUT];
 	double p50, p95, p99, qps;
 };
@@ -415,8 +425,10 @@ measure(const struct tq_index *ix, const float *q, size_t nq, uint32_t dim,
 	tq_search_params_default(&sp);
 	sp.k = k;
 	sp.oversample = run->oversample;
+	sp.probes = run->probes;
 	sp.threads = threads;
-	progress("oversample %g: batch search", (double)run->oversample);
+	progress("oversample %g, probes %u: batch search",
+	    (double)run->oversample, (unsigned)run->probes);
 	t0 = now_seconds();
 	if ((st = tq_search(ix, q, nq, &sp, ids, scores)) != TQ_OK)
 		die_status(st, NULL);
@@ -428,7 +440,8 @@ measure(const struct tq_index *ix, const float *q, size_t nq, uint32_t dim,
 	for (i = 0; i < NCUT; i++)
 		run->recall[i] /= (double)nq;
 
-	progress("oversample %g: latency", (double)run->oversample);
+	progress("oversample %g, probes %u: latency", (double)run->oversample,
+	    (unsigned)run->probes);
 	sp.threads = 1;
 	for (i = 0; i < nwarm; i++)
 		if ((st = tq_search(ix, q + i * dim, 1, &sp, ids, scores)) !=
@@ -491,7 +504,8 @@ eval_mode(const struct opts *o)
 	struct tq_quantizer *qz;
 	struct tq_reader *r, *data = NULL;
 	struct tq_index *ix;
-	struct run runs[MAX_OVERSAMPLE];
+	struct run *runs;
+	size_t nruns;
 	struct rusage ru;
 	enum tq_status st;
 	const char *corpus = o->hdf5 ? o->hdf5 : o->corpus;
@@ -539,10 +553,13 @@ eval_mode(const struct opts *o)
 	if (tq_reader_dim(r) != dim)
 		die("%s: dimension %u does not match the corpus (%u)", queries,
 		    dim, tq_reader_dim(r));
-	if (o->centre && (st = tq_reader_open(corpus, "train", &data)) != TQ_OK)
+	if ((o->centre || o->lists) &&
+	    (st = tq_reader_open(corpus, "train", &data)) != TQ_OK)
 		die_status(st, corpus);
 	tq_fit_params_default(&fp);
 	fp.dim = dim;
+	fp.lists = o->lists;
+	fp.no_centre = !o->centre;
 	fp.bits = o->bits;
 	fp.metric = metric;
 	fp.seed = o->seed;
@@ -580,8 +597,16 @@ eval_mode(const struct opts *o)
 	if (k > tw)
 		k = (uint32_t)tw;
 
-	for (i = 0; i < (size_t)o->noversample; i++) {
-		runs[i].oversample = o->oversample[i];
+	/* Every probes value with every oversampling value. */
+	nruns = (size_t)o->noversample * (size_t)o->nprobes;
+	runs = xmallocarray(nruns, sizeof(*runs));
+	for (i = 0; i < nruns; i++) {
+		uint32_t pr = o->probes[i / (size_t)o->noversample];
+
+		runs[i].oversample = o->oversample[i % (size_t)o->noversample];
+		runs[i].probes = fi.lists == 0 ? 0 : pr == 0 ?
+		    (fi.lists + TQ_PROBES_AUTO_DIV - 1) / TQ_PROBES_AUTO_DIV :
+		    pr > fi.lists ? fi.lists : pr;
 		measure(ix, q, nq, dim, k, truth, tw, o->threads, &runs[i]);
 	}
 	progress_done();
@@ -594,14 +619,17 @@ eval_mode(const struct opts *o)
 		    "\"seed\":%llu,\"centred\":%s,\"queries\":%zu,\"k\":%u,"
 		    "\"truth\":\"%s\",\"build_seconds\":%.3f,"
 		    "\"bytes_per_vector\":%.1f,"
-		    "\"original_bytes_per_vector\":%.1f,\"runs\":[",
+		    "\"original_bytes_per_vector\":%.1f,\"lists\":%u,"
+		    "\"runs\":[",
 		    (unsigned long long)fi.count, dim, tq_metric_name(metric),
 		    o->bits, (unsigned long long)o->seed,
 		    o->centre ? "true" : "false", nq, k, truthsrc, build_s,
-		    fi.bytes_per_vector, fi.original_bytes_per_vector);
-		for (i = 0; i < (size_t)o->noversample; i++) {
-			printf("%s{\"oversample\":%g", i ? "," : "",
-			    (double)runs[i].oversample);
+		    fi.bytes_per_vector, fi.original_bytes_per_vector,
+		    (unsigned)fi.lists);
+		for (i = 0; i < nruns; i++) {
+			printf("%s{\"oversample\":%g,\"probes\":%u", i ? "," :
+			    "", (double)runs[i].oversample,
+			    (unsigned)runs[i].probes);
 			for (c = 0; c < NCUT; c++)
 				if (cutoffs[c] <= k)
 					printf(",\"recall_at_%u\":%.4f",
@@ -622,11 +650,16 @@ eval_mode(const struct opts *o)
 		    tq_metric_name(metric), nq, o->bits,
 		    o->centre ? "centred" : "not centred");
 		printf("build %.1f s, %.1f bytes/vector (+%.0f originals), "
-		    "truth %s, k %u\n", build_s, fi.bytes_per_vector,
+		    "truth %s, k %u", build_s, fi.bytes_per_vector,
 		    fi.original_bytes_per_vector, truthsrc, k);
+		if (fi.lists > 0)
+			printf(", %u lists", (unsigned)fi.lists);
+		printf("\n%s", fi.lists > 0 ? "probes  " : "");
 		printf("oversample  recall@1  recall@10  recall@100  p50_ms  "
 		    "p95_ms  p99_ms       qps\n");
-		for (i = 0; i < (size_t)o->noversample; i++) {
+		for (i = 0; i < nruns; i++) {
+			if (fi.lists > 0)
+				printf("%6u  ", (unsigned)runs[i].probes);
 			printf("%10g", (double)runs[i].oversample);
 			for (c = 0; c < NCUT; c++)
 				if (cutoffs[c] <= k)
@@ -642,11 +675,19 @@ eval_mode(const struct opts *o)
 		    ru.ru_maxrss / 1024, tq_kernel_name(), threads);
 	}
 	tq_index_close(ix);
+	free(runs);
 	free(truth);
 	free(q);
 }
 
 /* Options -------------------------------------------------------------- */
+
+static void
+given(struct opts *o, const char *name)
+{
+	if (o->nset < 32)
+		o->set[o->nset++] = name;
+}
 
 static void
 parse_oversample(struct opts *o, const char *s)
@@ -664,6 +705,39 @@ parse_oversample(struct opts *o, const char *s)
 		o->oversample[o->noversample++] = parse_float(tok, 1, 1000,
 		    "oversample");
 	}
+}
+
+static void
+parse_probes(struct opts *o, const char *s)
+{
+	char buf[256], *p = buf, *tok;
+
+	if (strlen(s) >= sizeof(buf))
+		usage_error("probes list '%s' too long", s);
+	strcpy(buf, s);
+	o->nprobes = 0;
+	while ((tok = strsep(&p, ",")) != NULL) {
+		if (o->nprobes == MAX_OVERSAMPLE)
+			usage_error("more than %d probes values",
+			    MAX_OVERSAMPLE);
+		o->probes[o->nprobes++] = parse_u32(tok, 1, UINT32_MAX,
+		    "probes");
+	}
+}
+
+/* --sweep probes=LIST or oversample=LIST. */
+static void
+parse_sweep(struct opts *o, const char *s)
+{
+	if (strncmp(s, "probes=", 7) == 0) {
+		parse_probes(o, s + 7);
+		given(o, "--probes");
+	} else if (strncmp(s, "oversample=", 11) == 0) {
+		parse_oversample(o, s + 11);
+		given(o, "--oversample");
+	} else
+		usage_error("--sweep takes probes=LIST or oversample=LIST, not "
+		    "'%s'", s);
 }
 
 /*
@@ -692,12 +766,7 @@ operands(int argc, char **argv, const char *missing)
 		usage_error("unexpected argument '%s'", argv[2]);
 }
 
-static void
-given(struct opts *o, const char *name)
-{
-	if (o->nset < 32)
-		o->set[o->nset++] = name;
-}
+
 
 int
 main(int argc, char *argv[])
@@ -716,6 +785,7 @@ main(int argc, char *argv[])
 	o.oversample[0] = 1;
 	o.oversample[1] = 4;
 	o.noversample = 2;
+	o.nprobes = 1;
 	while ((ch = getopt_long(argc, argv, "b:hk:m:o:s:V", longopts,
 	    NULL)) != -1) {
 		switch (ch) {
@@ -760,6 +830,11 @@ main(int argc, char *argv[])
 			o.json = 1;
 			given(&o, "--json");
 			break;
+		case OPT_LISTS:
+			o.lists = strcmp(optarg, "auto") == 0 ? TQ_LISTS_AUTO :
+			    parse_u32(optarg, 1, TQ_MAX_LISTS, "lists");
+			given(&o, "--lists");
+			break;
 		case OPT_NO_CENTRE:
 			o.centre = 0;
 			given(&o, "--no-centre");
@@ -767,6 +842,13 @@ main(int argc, char *argv[])
 		case OPT_OVERSAMPLE:
 			parse_oversample(&o, optarg);
 			given(&o, "--oversample");
+			break;
+		case OPT_PROBES:
+			parse_probes(&o, optarg);
+			given(&o, "--probes");
+			break;
+		case OPT_SWEEP:
+			parse_sweep(&o, optarg);
 			break;
 		case OPT_QUERIES:
 			o.queries = optarg;
@@ -799,8 +881,10 @@ main(int argc, char *argv[])
 		truth_mode(&o, argv[0], argv[1]);
 	} else if (o.hdf5 != NULL || o.corpus != NULL || o.queries != NULL) {
 		only(&o, " -b -m -s -k --oversample --threads --no-centre "
-		    "--queries-limit --json --hdf5 --corpus --queries ",
-		    "to an evaluation");
+		    "--queries-limit --json --hdf5 --corpus --queries --lists "
+		    "--probes ", "to an evaluation");
+		if (o.nprobes > 0 && o.probes[0] != 0 && o.lists == 0)
+			usage_error("--probes needs --lists");
 		if (o.hdf5 != NULL && (o.corpus != NULL || o.queries != NULL))
 			usage_error("--hdf5 cannot be used with --corpus or "
 			    "--queries");

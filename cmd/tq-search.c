@@ -10,10 +10,10 @@
 static const char usage_str[] =
     "tq-search [-k k] [-i queries] [-o output] [--oversample f] [--threads n]\n"
     "                 [--batch n] [--format tsv|json|ivecs] [--dataset name]\n"
-    "                 [--allow ids] [--radius r] index";
+    "                 [--allow ids] [--radius r] [--probes n] index";
 
 enum { OPT_ALLOW = 256, OPT_BATCH, OPT_DATASET, OPT_FORMAT, OPT_OVERSAMPLE,
-    OPT_RADIUS, OPT_THREADS };
+    OPT_PROBES, OPT_RADIUS, OPT_THREADS };
 
 static const struct option longopts[] = {
 	{ "allow",	required_argument,	NULL, OPT_ALLOW },
@@ -22,6 +22,7 @@ static const struct option longopts[] = {
 	{ "format",	required_argument,	NULL, OPT_FORMAT },
 	{ "help",	no_argument,		NULL, 'h' },
 	{ "oversample",	required_argument,	NULL, OPT_OVERSAMPLE },
+	{ "probes",	required_argument,	NULL, OPT_PROBES },
 	{ "radius",	required_argument,	NULL, OPT_RADIUS },
 	{ "threads",	required_argument,	NULL, OPT_THREADS },
 	{ "version",	no_argument,		NULL, 'V' },
@@ -181,6 +182,9 @@ main(int argc, char *argv[])
 		case OPT_OVERSAMPLE:
 			sp.oversample = parse_float(optarg, 1, 1000,
 			    "oversample");
+			break;
+		case OPT_PROBES:
+			sp.probes = parse_u32(optarg, 1, UINT32_MAX, "probes");
 			break;
 		case OPT_RADIUS:
 			radius = parse_radius(optarg);

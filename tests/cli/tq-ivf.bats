@@ -1,0 +1,174 @@
+#!/usr/bin/env bats
+# IVF: tq-fit --lists, tq-build of an IVF index (and --lists, --memory,
+# --append), tq-search --probes, tq-recall --lists/--probes/--sweep.
+
+load helpers
+
+setup_file() {
+	local F=$BATS_FILE_TMPDIR
+	mkfix "$F/c.bin" 16 2000 31 --clusters 12
+	tq head "$F/c.bin" "$F/a.bin" 1500
+	tq rows "$F/c.bin" "$F/b.bin" "$(seq -s, 1500 1999)"
+	tq rows "$F/c.bin" "$F/q.bin" 3,250,512,900,1333,1999
+	"$TQ_BIN/tq-fit" -i "$F/c.bin" --lists 12 -o "$F/ivf.tqq"
+	"$TQ_BIN/tq-fit" -i "$F/c.bin" -o "$F/flat.tqq"
+	"$TQ_BIN/tq-build" -q "$F/ivf.tqq" -o "$F/ivf.tqi" "$F/c.bin"
+	"$TQ_BIN/tq-build" -q "$F/flat.tqq" -o "$F/flat.tqi" "$F/c.bin"
+}
+
+setup() {
+	cd_tmp
+	F=$BATS_FILE_TMPDIR
+}
+
+@test "tq-fit --lists: inspect shows the lists; same arguments, same bytes" {
+	run --separate-stderr "$TQ_BIN/tq-inspect" "$F/ivf.tqq"
+	assert_status 0
+	[[ "$output" == *$'\nlists 12\n'* ]]
+	[[ "$output" == *"  IVFC  "* ]]
+	"$TQ_BIN/tq-fit" -i "$F/c.bin" --lists 12 -o again.tqq
+	cmp again.tqq "$F/ivf.tqq"
+	# auto: round(sqrt(2000)) = 45.
+	"$TQ_BIN/tq-fit" -i "$F/c.bin" --lists auto -o auto.tqq
+	run --separate-stderr "$TQ_BIN/tq-inspect" --json auto.tqq
+	[[ "$output" == *'"lists":45'* ]]
+	# The flat quantizer says 0 in JSON and nothing in text.
+	run --separate-stderr "$TQ_BIN/tq-inspect" --json "$F/flat.tqq"
+	[[ "$output" == *'"lists":0'* ]]
+	run --separate-stderr "$TQ_BIN/tq-inspect" "$F/flat.tqq"
+	[[ "$output" != *"lists"* ]]
+}
+
+@test "tq-fit --lists: bad values and too few rows" {
+	run --separate-stderr "$TQ_BIN/tq-fit" -d 16 --lists 4 -o x.tqq
+	assert_usage_error tq-fit
+	[[ "${stderr_lines[0]}" == *"--lists needs -i corpus"* ]]
+	run --separate-stderr "$TQ_BIN/tq-fit" -i "$F/c.bin" --lists 0 -o x.tqq
+	assert_usage_error tq-fit
+	run --separate-stderr "$TQ_BIN/tq-fit" -i "$F/c.bin" --lists 3000 -o x.tqq
+	assert_fail1 tq-fit c.bin "3000 lists need at least 3000 sample rows"
+	run --separate-stderr "$TQ_BIN/tq-fit" -i "$F/c.bin" --lists 10 --train 5 -o x.tqq
+	assert_fail1 tq-fit "10 lists need at least 10 sample rows; the data gave 5"
+	run --separate-stderr "$TQ_BIN/tq-fit" -i "$F/c.bin" --lists 4 --iterations 0 -o x.tqq
+	assert_usage_error tq-fit
+	assert_only_files .
+}
+
+@test "tq-build: an IVF index; all probes equal the flat index" {
+	run --separate-stderr "$TQ_BIN/tq-inspect" --verify "$F/ivf.tqi"
+	assert_status 0
+	[[ "$output" == *"  LIST  "* ]]
+	[[ "$output" == *$'\nlists 12\n'* ]]
+	"$TQ_BIN/tq-search" -k 10 --probes 12 -i "$F/q.bin" "$F/ivf.tqi" >ivf.tsv
+	"$TQ_BIN/tq-search" -k 10 -i "$F/q.bin" "$F/flat.tqi" >flat.tsv
+	cmp ivf.tsv flat.tsv
+	"$TQ_BIN/tq-search" -k 10 --probes 1000 --oversample 4 -i "$F/q.bin" "$F/ivf.tqi" >ivf.tsv
+	"$TQ_BIN/tq-search" -k 10 --oversample 4 -i "$F/q.bin" "$F/flat.tqi" >flat.tsv
+	cmp ivf.tsv flat.tsv
+	# --probes is ignored by a flat index.
+	"$TQ_BIN/tq-search" -k 10 --probes 1 --oversample 4 -i "$F/q.bin" "$F/flat.tqi" >flat1.tsv
+	cmp flat.tsv flat1.tsv
+}
+
+@test "tq-search --probes: fewer probes, results independent of threads and batch" {
+	"$TQ_BIN/tq-search" -k 5 --probes 2 --threads 1 -i "$F/q.bin" "$F/ivf.tqi" >a.tsv
+	"$TQ_BIN/tq-search" -k 5 --probes 2 --threads 2 --batch 1 -i "$F/q.bin" "$F/ivf.tqi" >b.tsv
+	cmp a.tsv b.tsv
+	[ "$(wc -l <a.tsv)" -eq 30 ]
+	# Each query's own row is in its nearest list: found at rank 1.
+	run --separate-stderr "$TQ_BIN/tq-search" -k 1 --probes 1 --oversample 10 -i "$F/q.bin" "$F/ivf.tqi"
+	assert_status 0
+	assert_equal "$(cut -f3 <<<"$output" | tr '\n' ' ')" "3 250 512 900 1333 1999 "
+	run --separate-stderr "$TQ_BIN/tq-search" --probes 0 -i "$F/q.bin" "$F/ivf.tqi"
+	assert_usage_error tq-search
+	run --separate-stderr "$TQ_BIN/tq-search" --probes x -i "$F/q.bin" "$F/ivf.tqi"
+	assert_usage_error tq-search
+}
+
+@test "tq-build: threads and --memory do not change an IVF index" {
+	"$TQ_BIN/tq-build" -q "$F/ivf.tqq" --threads 1 --memory 1 -o a.tqi "$F/c.bin"
+	cmp a.tqi "$F/ivf.tqi"
+	"$TQ_BIN/tq-build" -q "$F/ivf.tqq" --threads 2 -o b.tqi - <"$F/c.bin"
+	cmp b.tqi "$F/ivf.tqi"
+	assert_only_files . a.tqi b.tqi
+	run --separate-stderr "$TQ_BIN/tq-build" -q "$F/ivf.tqq" --memory 0 -o c.tqi "$F/c.bin"
+	assert_usage_error tq-build
+}
+
+@test "tq-build --lists: fits and builds in one go, not from standard input" {
+	"$TQ_BIN/tq-build" --lists 12 -o a.tqi "$F/c.bin"
+	cmp a.tqi "$F/ivf.tqi"
+	run --separate-stderr "$TQ_BIN/tq-build" --lists 12 -o b.tqi - <"$F/c.bin"
+	assert_fail1 tq-build "--lists needs a corpus file"
+	run --separate-stderr "$TQ_BIN/tq-build" -q "$F/ivf.tqq" --lists 4 -o b.tqi "$F/c.bin"
+	assert_usage_error tq-build
+	assert_only_files . a.tqi
+}
+
+@test "tq-build --append to an IVF index equals a fresh build; delete and compact" {
+	"$TQ_BIN/tq-build" -q "$F/ivf.tqq" -o a.tqi "$F/a.bin"
+	"$TQ_BIN/tq-build" --append a.tqi "$F/b.bin"
+	cmp a.tqi "$F/ivf.tqi"
+	seq 0 2 1999 >even.ids
+	"$TQ_BIN/tq-build" --delete even.ids -o d.tqi a.tqi
+	"$TQ_BIN/tq-build" --compact -o e.tqi d.tqi
+	run --separate-stderr "$TQ_BIN/tq-search" -k 3 --probes 12 -i "$F/q.bin" e.tqi
+	assert_status 0
+	! cut -f3 <<<"$output" | grep -qE '[02468]$'
+	run --separate-stderr "$TQ_BIN/tq-inspect" e.tqi
+	[[ "$output" == *$'\nvectors 1000\n'* ]]
+}
+
+@test "tq-build --dups: copies in several lists, each id returned once" {
+	"$TQ_BIN/tq-build" -q "$F/ivf.tqq" --dups 3 --dup-ratio 1000000 -o d.tqi "$F/c.bin"
+	run --separate-stderr "$TQ_BIN/tq-inspect" d.tqi
+	[[ "$output" == *$'\nvectors 6000\n'* ]]
+	"$TQ_BIN/tq-search" -k 10 --probes 12 -i "$F/q.bin" d.tqi >d.tsv
+	"$TQ_BIN/tq-search" -k 10 -i "$F/q.bin" "$F/flat.tqi" >flat.tsv
+	cmp d.tsv flat.tsv
+	# Appending keeps the setting.
+	"$TQ_BIN/tq-build" -q "$F/ivf.tqq" --dups 3 --dup-ratio 1000000 -o a.tqi "$F/a.bin"
+	"$TQ_BIN/tq-build" --append a.tqi "$F/b.bin"
+	cmp a.tqi d.tqi
+	run --separate-stderr "$TQ_BIN/tq-build" --append --dups 2 a.tqi "$F/b.bin"
+	assert_usage_error tq-build
+	run --separate-stderr "$TQ_BIN/tq-build" -q "$F/flat.tqq" --dups 2 -o x.tqi "$F/c.bin"
+	assert_fail1 tq-build flat.tqq "--dups needs a quantizer with lists"
+	run --separate-stderr "$TQ_BIN/tq-build" -q "$F/ivf.tqq" --dups 13 -o x.tqi "$F/c.bin"
+	assert_fail1 tq-build ivf.tqq "--dups 13 is more than the 12 lists"
+	run --separate-stderr "$TQ_BIN/tq-build" -q "$F/ivf.tqq" --dups 2 --dup-ratio 0.5 -o x.tqi "$F/c.bin"
+	assert_usage_error tq-build
+	assert_only_files . a.tqi d.tqi d.tsv flat.tsv
+}
+
+@test "tq-search: a damaged LIST section is refused" {
+	cp "$F/ivf.tqi" bad.tqi
+	off=$("$TQ_BIN/tq-inspect" --json bad.tqi | $PY -c '
+import json, sys
+d = json.load(sys.stdin)
+print([s["offset"] for s in d["sections"] if s["tag"] == "LIST"][0])')
+	# off[1] = 2^40, past n.
+	printf '\x00\x00\x00\x00\x00\x01\x00\x00' | dd of=bad.tqi bs=1 seek=$((off + 8)) conv=notrunc status=none
+	run --separate-stderr "$TQ_BIN/tq-search" -i "$F/q.bin" bad.tqi
+	assert_fail1 tq-search bad.tqi "section LIST: offset 1 out of order"
+	run --separate-stderr "$TQ_BIN/tq-inspect" bad.tqi
+	assert_fail1 tq-inspect bad.tqi "section LIST"
+}
+
+@test "tq-recall --lists --sweep probes: one row per probes value" {
+	run --separate-stderr "$TQ_BIN/tq-recall" --corpus "$F/c.bin" --queries "$F/q.bin" -k 10 \
+	    --lists 12 --sweep probes=1,12 --oversample 1 --json
+	assert_status 0
+	[[ "$output" == *'"lists":12'* ]]
+	[[ "$output" == *'"probes":1,'* ]]
+	[[ "$output" == *'"probes":12,'* ]]
+	# All 12 probes: the flat figure.
+	r12=$($PY -c 'import json,sys; d=json.loads(sys.argv[1]); print([r["recall_at_10"] for r in d["runs"] if r["probes"]==12][0])' "$output")
+	run --separate-stderr "$TQ_BIN/tq-recall" --corpus "$F/c.bin" --queries "$F/q.bin" -k 10 --oversample 1 --json
+	rf=$($PY -c 'import json,sys; d=json.loads(sys.argv[1]); print(d["runs"][0]["recall_at_10"])' "$output")
+	assert_equal "$r12" "$rf"
+	run --separate-stderr "$TQ_BIN/tq-recall" --corpus "$F/c.bin" --queries "$F/q.bin" --probes 2
+	assert_usage_error tq-recall
+	run --separate-stderr "$TQ_BIN/tq-recall" --corpus "$F/c.bin" --queries "$F/q.bin" --sweep k=1
+	assert_usage_error tq-recall
+}
