@@ -49,6 +49,10 @@
 
 #include "internal.h"
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 /* Blocks per kernel call: 64 * 32 u32 sums stay in L1. */
 #define SCAN_BLOCKS 64
 /*
@@ -361,14 +365,65 @@ block_keys(const struct ctx *c, const struct tq_lut *t, size_t i,
 	if (ix->n - row < TQ_BLOCK)
 		nj = (unsigned)(ix->n - row);
 	*mask = c->masked ? block_mask(c, blk) : ~0u;
-	for (j = 0; j < nj; j++) {
-		float ip = fs[j] * (scale * (float)acc[j] + bias) +
-		    fs[TQ_BLOCK + j] + qc;
+	if (nj < TQ_BLOCK)
+		*mask &= (1u << nj) - 1;
+	/*
+	 * All 32 rows (a short block's padding rows have zero factors and
+	 * are masked), the metric tested once: loops the compiler turns
+	 * into vector code.  Sums stay below 2^31, so the signed conversion
+	 * gives the same float as the unsigned one.
+	 */
+	if (c->metric == TQ_METRIC_L2) {
+		for (j = 0; j < TQ_BLOCK; j++) {
+			float ip = fs[j] * (scale * (float)(int32_t)acc[j] +
+			    bias) + fs[TQ_BLOCK + j] + qc;
 
-		key[j] = c->metric == TQ_METRIC_L2 ?
-		    -(qn2 - 2.0f * ip + fs[2 * TQ_BLOCK + j]) : ip;
+			key[j] = -(qn2 - 2.0f * ip + fs[2 * TQ_BLOCK + j]);
+		}
+	} else {
+		for (j = 0; j < TQ_BLOCK; j++)
+			key[j] = fs[j] * (scale * (float)(int32_t)acc[j] +
+			    bias) + fs[TQ_BLOCK + j] + qc;
 	}
 	return nj;
+}
+
+/*
+ * Pushes candidate row r.  Copies of a vector in several lists have the
+ * same codes, factors and id, so the same key: one already in the heap
+ * keeps the other out, and the heap holds distinct vectors.
+ */
+static inline void
+cand_push(const struct tq_index *ix, struct tq_topk *h, float key,
+    uint64_t r)
+{
+	if (ix->dups > 1) {
+		uint64_t id = tq_index_id(ix, r);
+
+		for (uint32_t e = 0; e < h->len; e++)
+			if (h->key[e] == key && h->id[e] != r &&
+			    tq_index_id(ix, h->id[e]) == id)
+				return;
+	}
+	tq_topk_push(h, key, r);
+}
+
+/* Bit j: key[j] >= thr (NaN never), for the 32 keys of a block. */
+static inline uint32_t
+keys_at_least(const float *key, float thr)
+{
+	uint32_t m = 0;
+#if defined(__SSE2__)
+	__m128 t = _mm_set1_ps(thr);
+
+	for (unsigned j = 0; j < TQ_BLOCK; j += 4)
+		m |= (uint32_t)_mm_movemask_ps(_mm_cmpge_ps(
+		    _mm_loadu_ps(key + j), t)) << j;
+#else
+	for (unsigned j = 0; j < TQ_BLOCK; j++)
+		m |= (uint32_t)(key[j] >= thr) << j;
+#endif
+	return m;
 }
 
 /*
@@ -398,13 +453,15 @@ scan_range(struct worker *w, const struct tq_lut *t, size_t i, uint64_t b0,
 			    w->acc + bi * TQ_BLOCK, key, &mask);
 
 			mask &= row_window(b + bi, sg->r0, sg->r1);
-			for (j = 0; j < nj; j++) {
-				if ((mask >> j & 1) == 0)
-					continue;
-				/* The heap's root is its worst entry. */
+			(void)nj;
+			/* The heap's root is its worst entry. */
+			if (h->len == h->k)
+				mask &= keys_at_least(key, h->key[0]);
+			for (; mask != 0; mask &= mask - 1) {
+				j = (unsigned)__builtin_ctz(mask);
 				if (h->len == h->k && key[j] < h->key[0])
 					continue;
-				tq_topk_push(h, key[j], row + j);
+				cand_push(ix, h, key[j], row + j);
 			}
 		}
 	}
@@ -474,6 +531,16 @@ refined_key(const struct ctx *c, struct worker *w, size_t i, uint64_t r)
 	return (float)ip;
 }
 
+/* Does heap h hold id? */
+static int
+has_id(const struct tq_topk *h, uint64_t id)
+{
+	for (uint32_t t = 0; t < h->len; t++)
+		if (h->id[t] == id)
+			return 1;
+	return 0;
+}
+
 /* Turns the candidates of query i into its k results, best first. */
 static void
 finish(struct worker *w, size_t i, const struct tq_topk *cand)
@@ -488,8 +555,12 @@ finish(struct worker *w, size_t i, const struct tq_topk *cand)
 	for (t = 0; t < cand->len; t++) {
 		float key = c->rerank ? exact_key(c, qv, cand->id[t]) :
 		    refined_key(c, w, i, cand->id[t]);
+		uint64_t id = tq_index_id(c->ix, cand->id[t]);
 
-		tq_topk_push(&w->fin, key, tq_index_id(c->ix, cand->id[t]));
+		/* A vector copied to several lists counts once. */
+		if (c->ix->dups > 1 && has_id(&w->fin, id))
+			continue;
+		tq_topk_push(&w->fin, key, id);
 	}
 	tq_topk_sort(&w->fin);
 	for (t = 0; t < c->k; t++) {
@@ -605,6 +676,15 @@ range_one(struct worker *w, size_t i)
 		}
 	}
 	qsort(w->hits, kept, sizeof(*w->hits), cmp_hit);
+	if (ix->dups > 1 && kept > 1) {
+		/* Copies of a vector have equal keys: now adjacent. */
+		size_t u = 1;
+
+		for (e = 1; e < kept; e++)
+			if (w->hits[e].id != w->hits[u - 1].id)
+				w->hits[u++] = w->hits[e];
+		kept = u;
+	}
 	if (c->rmax > 0 && kept > c->rmax)
 		kept = c->rmax;
 	res->n = kept;
@@ -838,7 +918,7 @@ prepare(const struct tq_quantizer *q, const float *qv, size_t m,
 	c->qv = qv;
 	if (c->probes > 0)
 		return tq_ivf_nearest(&q->ivf, dim, qv, m, 0,
-		    q->metric == TQ_METRIC_IP, c->probes, s->probe);
+		    q->metric == TQ_METRIC_IP, c->probes, s->probe, NULL);
 	return TQ_OK;
 }
 
@@ -899,7 +979,7 @@ search_chunk(struct ctx *c, struct scratch *s, size_t m)
 			uint32_t e;
 
 			for (e = 0; e < h->len; e++)
-				tq_topk_push(&w0->cand[0], h->key[e],
+				cand_push(c->ix, &w0->cand[0], h->key[e],
 				    h->id[e]);
 		}
 		finish(w0, i, &w0->cand[0]);
