@@ -6,7 +6,7 @@
  *      $(pkg-config --libs hdf5 openblas lapacke libzstd libxxhash) -lm -pthread
  *
  *   tq_bench INDEX QUERIES [-k K] [-t THREADS] [-b NBATCH] [-s NSINGLE]
- *            [-w NWARM] [-o IDS.u64]
+ *            [-w NWARM] [-o IDS.u64] [-p PROBES] [-f OVERSAMPLE]
  *
  * Prints one JSON object:
  *   open_s        tq_index_open wall time (a memory map: no work per vector)
@@ -16,6 +16,8 @@
  *   single_*      NSINGLE single-query tq_search calls (queries taken after
  *                 the batch ones, wrapping): p50/p95/p99/mean in seconds
  *   maxrss_kb     peak RSS of this process
+ *   rss_anon_kb, rss_file_kb   resident memory at the end, anonymous and
+ *                 file-backed (the mapped index pages touched)
  * All times are CLOCK_MONOTONIC wall times.  With -o the ids of the batch
  * (NBATCH x K, u64 LE) are written for the recall computation.
  */
@@ -65,7 +67,11 @@ int
 main(int argc, char **argv)
 {
 	const char *ixpath, *qpath, *out = NULL;
-	unsigned k = 10, threads = 1;
+	unsigned k = 10, threads = 1, probes = 0;
+	float oversample = 1;
+	long anon = -1, file = -1;
+	char line[256];
+	FILE *status;
 	size_t nbatch = 1000, nsingle = 200, nwarm = 5;
 	struct tq_index *ix;
 	struct tq_search_params sp;
@@ -94,6 +100,8 @@ main(int argc, char **argv)
 		else if (!strcmp(argv[a], "-s")) nsingle = (size_t)atol(v);
 		else if (!strcmp(argv[a], "-w")) nwarm = (size_t)atol(v);
 		else if (!strcmp(argv[a], "-o")) out = v;
+		else if (!strcmp(argv[a], "-p")) probes = (unsigned)atoi(v);
+		else if (!strcmp(argv[a], "-f")) oversample = (float)atof(v);
 		else { fprintf(stderr, "tq_bench: bad option %s\n", argv[a]); return 2; }
 	}
 	if ((st = tq_read_all(qpath, NULL, &q, &dim, &nq)) != TQ_OK)
@@ -109,7 +117,8 @@ main(int argc, char **argv)
 	tq_search_params_default(&sp);
 	sp.k = k;
 	sp.threads = threads;
-	sp.oversample = 1;
+	sp.oversample = oversample;
+	sp.probes = probes;
 	ids = malloc(sizeof(*ids) * k * (nbatch > 1 ? nbatch : 1));
 	scores = malloc(sizeof(*scores) * k * (nbatch > 1 ? nbatch : 1));
 	lat = malloc(sizeof(*lat) * (nsingle ? nsingle : 1));
@@ -154,6 +163,13 @@ main(int argc, char **argv)
 	}
 	qsort(lat, nsingle, sizeof(*lat), cmpd);
 	getrusage(RUSAGE_SELF, &ru);
+	if ((status = fopen("/proc/self/status", "r")) != NULL) {
+		while (fgets(line, sizeof(line), status) != NULL) {
+			sscanf(line, "RssAnon: %ld", &anon);
+			sscanf(line, "RssFile: %ld", &file);
+		}
+		fclose(status);
+	}
 
 	printf("{\"n\":%llu,\"dim\":%u,\"threads\":%u,\"k\":%u,"
 	    "\"open_s\":%.9f,\"first_s\":%.9f,\"nbatch\":%zu,\"batch_s\":%.9f,"
@@ -166,7 +182,9 @@ main(int argc, char **argv)
 		    "\"single_p99_s\":%.9f,\"single_mean_s\":%.9f",
 		    pct(lat, nsingle, .5), pct(lat, nsingle, .95),
 		    pct(lat, nsingle, .99), sum / (double)nsingle);
-	printf(",\"maxrss_kb\":%ld}\n", ru.ru_maxrss);
+	printf(",\"probes\":%u,\"oversample\":%g,\"maxrss_kb\":%ld,"
+	    "\"rss_anon_kb\":%ld,\"rss_file_kb\":%ld}\n", probes,
+	    (double)oversample, ru.ru_maxrss, anon, file);
 	tq_index_close(ix);
 	free(q);
 	free(ids);
