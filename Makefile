@@ -17,7 +17,7 @@ OPT     ?= -O2 -g
 WARN     = -Wall -Wextra -Wshadow -Wcast-align -Wpointer-arith -Wstrict-prototypes \
            -Wmissing-prototypes -Wvla -Wformat=2 -Wno-unused-parameter
 CFLAGS  ?= $(OPT)
-ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -pthread $(WARN) \
+ALL_CFLAGS = -std=c11 -ffp-contract=off -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -pthread $(WARN) \
              -Ilib $(PKG_CFLAGS) $(CFLAGS) $(EXTRA_CFLAGS)
 LDLIBS   = $(PKG_LIBS) -lm -pthread
 
@@ -29,8 +29,9 @@ Q = @
 endif
 
 LIB_SRC  = $(wildcard lib/*.c)
-KERN_SRC = lib/kern/scan_scalar.c lib/kern/dispatch.c
-KERN_ISA = $(wildcard lib/kern/scan_avx2.c lib/kern/scan_avx512.c)
+KERN_SRC = lib/kern/scan_scalar.c lib/kern/dot_scalar.c lib/kern/dispatch.c
+KERN_ISA = $(wildcard lib/kern/scan_avx2.c lib/kern/scan_avx512.c \
+           lib/kern/dot_avx2.c lib/kern/dot_avx512.c)
 LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/%.o) $(KERN_SRC:%.c=$(BUILD)/%.o) $(KERN_ISA:%.c=$(BUILD)/%.o)
 PROGS    = tq-fit tq-encode tq-build tq-search tq-recall tq-inspect
 PROG_BIN = $(PROGS:%=$(BUILD)/bin/%)
@@ -55,8 +56,8 @@ $(BUILD)/lib/vecio.o $(BUILD)/lib/vecio_hdf5.o: lib/vecio_impl.h
 
 # Each instruction-set kernel is compiled with its own flags; the rest of
 # the build stays baseline x86-64.
-$(BUILD)/lib/kern/scan_avx2.o: ALL_CFLAGS += -mavx2 -mfma -mbmi2
-$(BUILD)/lib/kern/scan_avx512.o: ALL_CFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512vbmi -mavx512vnni -mbmi2
+$(BUILD)/lib/kern/scan_avx2.o $(BUILD)/lib/kern/dot_avx2.o: ALL_CFLAGS += -mavx2 -mfma -mbmi2
+$(BUILD)/lib/kern/scan_avx512.o $(BUILD)/lib/kern/dot_avx512.o: ALL_CFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512vbmi -mavx512vnni -mbmi2
 $(BUILD)/lib/kern/dispatch.o: ALL_CFLAGS += $(if $(wildcard lib/kern/scan_avx2.c),-DTQ_HAVE_AVX2) $(if $(wildcard lib/kern/scan_avx512.c),-DTQ_HAVE_AVX512)
 
 $(LIBA): $(LIB_OBJ)

@@ -523,6 +523,28 @@ void tq_scan_avx512(const uint8_t *blocks, size_t nblocks,
 /* The kernel chosen for this machine (TQ_ISA overrides). */
 tq_scan_fn tq_scan_kernel(void);
 
+/*
+ * Fixed-order dot products (lib/kern/dot_scalar.c): y[i*ldy + o] =
+ * <x row i, a row o> for n rows of x and the m rows of the row-major
+ * m x k matrix a.  Every kernel gives the same bits.
+ */
+typedef void (*tq_dot_fn)(const float *x, size_t ldx, size_t n,
+    const float *a, uint32_t m, uint32_t k, float *y, size_t ldy);
+void tq_dot_portable(const float *x, size_t ldx, size_t n, const float *a,
+    uint32_t m, uint32_t k, float *y, size_t ldy);
+void tq_dot_sse2(const float *x, size_t ldx, size_t n, const float *a,
+    uint32_t m, uint32_t k, float *y, size_t ldy);
+void tq_dot_avx2(const float *x, size_t ldx, size_t n, const float *a,
+    uint32_t m, uint32_t k, float *y, size_t ldy);
+void tq_dot_avx512(const float *x, size_t ldx, size_t n, const float *a,
+    uint32_t m, uint32_t k, float *y, size_t ldy);
+/* The pieces of the order, shared by the kernels. */
+float tq_dot_tail(float s, const float *x, const float *a, uint32_t j,
+    uint32_t k);
+float tq_dot_reduce16(const float *lanes);
+/* The dot kernel of the chosen instruction set. */
+tq_dot_fn tq_dot_kernel(void);
+
 /* A bounded top-k heap of (key, id): higher key better, ties smaller id. */
 struct tq_topk {
 	uint32_t k, len;

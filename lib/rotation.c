@@ -609,138 +609,32 @@ tq_rotation_check(uint32_t dim, enum tq_rotation kind, const void *payload,
  * measured to round differently with another thread count and for other
  * matrix shapes (OPENBLAS_NUM_THREADS=1 and =2 gave other codes for the
  * same rows), and the index must not depend on either.  Each output is a
- * dot product in one fixed order: four lane sums over k = l (mod 4),
- * k < d - d % 4, added as (s0 + s1) + (s2 + s3), then the tail in order.
- * The SSE code and the portable code perform exactly these operations
- * (ISO C mode keeps the compiler from contracting them into FMAs), so the
- * bytes are the same on every x86-64 and every thread count.
+ * dot product in the one fixed order of lib/kern/dot_scalar.c, which the
+ * SSE2, AVX2 and AVX-512 kernels all reproduce bit for bit, so the bytes
+ * are the same on every x86-64, instruction set and thread count.
  */
-#if defined(__SSE2__)
-#include <emmintrin.h>
-
-static float
-hsum4(__m128 v)
-{
-	float l[4];
-
-	_mm_storeu_ps(l, v);
-	return (l[0] + l[1]) + (l[2] + l[3]);
-}
-#endif
-
-static float
-dot_tail(float s, const float *a, const float *b, uint32_t k0, uint32_t k)
-{
-	for (; k0 < k; k0++)
-		s += a[k0] * b[k0];
-	return s;
-}
-
 /*
- * y[i*ldy + o] = <x[i*ldx ..], a[o*k ..]> for i < n, o < m: each of n
- * input rows (length k) times each of the m rows of a (row-major m x k).
+ * Tiles of about 128 KiB of rows of a (outputs) times 128 KiB of rows of
+ * x, so both stay in L2 while they meet.  Tiling changes nothing in the
+ * result: every output is one dot product in the fixed order.
  */
-static void
-rows_times_at_tile(const float *x, size_t ldx, size_t n, const float *a,
-    uint32_t m, uint32_t k, float *y, size_t ldy)
-{
-	uint32_t k4 = k - k % 4, o, kk;
-	size_t i = 0;
-
-#if defined(__SSE2__)
-	for (; i + 4 <= n; i += 4) {
-		const float *x0 = x + i * ldx, *x1 = x0 + ldx, *x2 = x1 + ldx;
-		const float *x3 = x2 + ldx;
-
-		for (o = 0; o + 2 <= m; o += 2) {
-			const float *a0 = a + (size_t)o * k, *a1 = a0 + k;
-			__m128 s00 = _mm_setzero_ps(), s01 = s00, s10 = s00;
-			__m128 s11 = s00, s20 = s00, s21 = s00, s30 = s00;
-			__m128 s31 = s00;
-
-			for (kk = 0; kk < k4; kk += 4) {
-				__m128 r0 = _mm_loadu_ps(a0 + kk);
-				__m128 r1 = _mm_loadu_ps(a1 + kk);
-				__m128 v = _mm_loadu_ps(x0 + kk);
-
-				s00 = _mm_add_ps(s00, _mm_mul_ps(v, r0));
-				s01 = _mm_add_ps(s01, _mm_mul_ps(v, r1));
-				v = _mm_loadu_ps(x1 + kk);
-				s10 = _mm_add_ps(s10, _mm_mul_ps(v, r0));
-				s11 = _mm_add_ps(s11, _mm_mul_ps(v, r1));
-				v = _mm_loadu_ps(x2 + kk);
-				s20 = _mm_add_ps(s20, _mm_mul_ps(v, r0));
-				s21 = _mm_add_ps(s21, _mm_mul_ps(v, r1));
-				v = _mm_loadu_ps(x3 + kk);
-				s30 = _mm_add_ps(s30, _mm_mul_ps(v, r0));
-				s31 = _mm_add_ps(s31, _mm_mul_ps(v, r1));
-			}
-			y[i * ldy + o] = dot_tail(hsum4(s00), x0, a0, k4, k);
-			y[i * ldy + o + 1] = dot_tail(hsum4(s01), x0, a1, k4, k);
-			y[(i + 1) * ldy + o] = dot_tail(hsum4(s10), x1, a0, k4, k);
-			y[(i + 1) * ldy + o + 1] = dot_tail(hsum4(s11), x1, a1,
-			    k4, k);
-			y[(i + 2) * ldy + o] = dot_tail(hsum4(s20), x2, a0, k4, k);
-			y[(i + 2) * ldy + o + 1] = dot_tail(hsum4(s21), x2, a1,
-			    k4, k);
-			y[(i + 3) * ldy + o] = dot_tail(hsum4(s30), x3, a0, k4, k);
-			y[(i + 3) * ldy + o + 1] = dot_tail(hsum4(s31), x3, a1,
-			    k4, k);
-		}
-		for (; o < m; o++) {
-			const float *a0 = a + (size_t)o * k;
-			__m128 s0 = _mm_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-
-			for (kk = 0; kk < k4; kk += 4) {
-				__m128 r0 = _mm_loadu_ps(a0 + kk);
-
-				s0 = _mm_add_ps(s0, _mm_mul_ps(_mm_loadu_ps(x0 +
-				    kk), r0));
-				s1 = _mm_add_ps(s1, _mm_mul_ps(_mm_loadu_ps(x1 +
-				    kk), r0));
-				s2 = _mm_add_ps(s2, _mm_mul_ps(_mm_loadu_ps(x2 +
-				    kk), r0));
-				s3 = _mm_add_ps(s3, _mm_mul_ps(_mm_loadu_ps(x3 +
-				    kk), r0));
-			}
-			y[i * ldy + o] = dot_tail(hsum4(s0), x0, a0, k4, k);
-			y[(i + 1) * ldy + o] = dot_tail(hsum4(s1), x1, a0, k4, k);
-			y[(i + 2) * ldy + o] = dot_tail(hsum4(s2), x2, a0, k4, k);
-			y[(i + 3) * ldy + o] = dot_tail(hsum4(s3), x3, a0, k4, k);
-		}
-	}
-#endif
-	for (; i < n; i++) {
-		const float *x0 = x + i * ldx;
-
-		for (o = 0; o < m; o++) {
-			const float *a0 = a + (size_t)o * k;
-			float l[4] = { 0, 0, 0, 0 };
-
-			for (kk = 0; kk < k4; kk += 4) {
-				l[0] += x0[kk] * a0[kk];
-				l[1] += x0[kk + 1] * a0[kk + 1];
-				l[2] += x0[kk + 2] * a0[kk + 2];
-				l[3] += x0[kk + 3] * a0[kk + 3];
-			}
-			y[i * ldy + o] = dot_tail((l[0] + l[1]) + (l[2] + l[3]),
-			    x0, a0, k4, k);
-		}
-	}
-}
-
-/* Blocks the outputs so a block of rows of a stays in cache. */
 static void
 rows_times_at(const float *x, size_t ldx, size_t n, const float *a,
     uint32_t m, uint32_t k, float *y, size_t ldy)
 {
-	uint32_t ob = (32768 / k + 1) & ~1u, o;
+	uint32_t ob = (32768 / k + 4) & ~3u, o;
+	size_t rb = (32768 / k + 4) & ~(size_t)3, i;
+	tq_dot_fn dot = tq_dot_kernel();
 
-	if (ob < 2)
-		ob = 2;
-	for (o = 0; o < m; o += ob)
-		rows_times_at_tile(x, ldx, n, a + (size_t)o * k,
-		    m - o < ob ? m - o : ob, k, y + o, ldy);
+	if (ob < 4)
+		ob = 4;
+	if (rb < 4)
+		rb = 4;
+	for (i = 0; i < n; i += rb)
+		for (o = 0; o < m; o += ob)
+			dot(x + i * ldx, ldx, n - i < rb ? n - i : rb,
+			    a + (size_t)o * k, m - o < ob ? m - o : ob, k,
+			    y + i * ldy + o, ldy);
 }
 
 /*

@@ -64,24 +64,32 @@ static const struct {
 static const struct {
 	const char *name;
 	tq_scan_fn fn;
+	tq_dot_fn dot;
 	unsigned need;
 } kernels[] = {
 	{ "avx512",
 #ifdef TQ_HAVE_AVX512
-	    tq_scan_avx512,
+	    tq_scan_avx512, tq_dot_avx512,
 #else
-	    NULL,
+	    NULL, NULL,
 #endif
 	    F_AVX512F | F_AVX512BW | F_AVX512VL | F_AVX512VBMI | F_AVX512VNNI |
 	    F_BMI2 },
 	{ "avx2",
 #ifdef TQ_HAVE_AVX2
-	    tq_scan_avx2,
+	    tq_scan_avx2, tq_dot_avx2,
 #else
-	    NULL,
+	    NULL, NULL,
 #endif
 	    F_AVX2 | F_FMA | F_BMI2 },
-	{ "scalar", tq_scan_scalar, 0 },
+	/* The baseline: x86-64 always has SSE2. */
+	{ "scalar", tq_scan_scalar,
+#if defined(__SSE2__)
+	    tq_dot_sse2,
+#else
+	    tq_dot_portable,
+#endif
+	    0 },
 };
 #define NKERNELS (sizeof(kernels) / sizeof(kernels[0]))
 
@@ -188,6 +196,13 @@ tq_scan_kernel(void)
 {
 	pthread_once(&once, init);
 	return kernels[chosen].fn;
+}
+
+tq_dot_fn
+tq_dot_kernel(void)
+{
+	pthread_once(&once, init);
+	return kernels[chosen].dot;
 }
 
 const char *

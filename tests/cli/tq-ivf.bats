@@ -172,3 +172,12 @@ print([s["offset"] for s in d["sections"] if s["tag"] == "LIST"][0])')
 	run --separate-stderr "$TQ_BIN/tq-recall" --corpus "$F/c.bin" --queries "$F/q.bin" --sweep k=1
 	assert_usage_error tq-recall
 }
+
+@test "tq-fit --lists and tq-build give the same bytes with every kernel (TQ_ISA)" {
+	for isa in scalar avx2 avx512; do
+		TQ_ISA=$isa "$TQ_BIN/tq-fit" -i "$F/c.bin" --lists 12 -o $isa.tqq
+		TQ_ISA=$isa "$TQ_BIN/tq-build" -q "$F/ivf.tqq" -o $isa.tqi "$F/c.bin"
+		cmp $isa.tqq "$F/ivf.tqq"
+		cmp $isa.tqi "$F/ivf.tqi"
+	done
+}

@@ -192,6 +192,81 @@ test_corners(void)
 	}
 }
 
+/*
+ * The fixed-order dot kernels: SSE2, AVX2 and AVX-512 against the
+ * portable oracle, bit for bit, for lengths around every multiple of 16,
+ * row and output counts that leave remainders, strides wider than k, and
+ * values of mixed magnitude (so a different order would round
+ * differently); also a hand check of the order on k = 17.
+ */
+static void
+test_dot(void)
+{
+	static const uint32_t ks[] = { 1, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33,
+	    47, 48, 49, 64, 100, 784, 1024, 1537 };
+	const struct {
+		const char *name;
+		tq_dot_fn fn;
+		int run;
+	} dk[] = {
+		{ "sse2", tq_dot_sse2, 1 },
+		{ "avx2", tq_dot_avx2, runnable[0] },
+		{ "avx512", tq_dot_avx512, runnable[1] },
+	};
+	const size_t ld = 1600;
+	float *x = malloc(9 * ld * sizeof(float));
+	float *a = malloc(11 * 1537 * sizeof(float));
+	float want[9 * 11], got[9 * 11];
+	int bad[3] = { 0, 0, 0 };
+
+	for (size_t i = 0; i < 9 * ld; i++)
+		x[i] = (float)((int32_t)rnd() % 20001) * (rnd() % 2 ? 1e-3f :
+		    7.1f);
+	for (size_t i = 0; i < 11 * 1537; i++)
+		a[i] = (float)((int32_t)rnd() % 20001) * 1e-4f;
+	for (size_t ki = 0; ki < sizeof(ks) / sizeof(ks[0]); ki++)
+		for (size_t n = 1; n <= 9; n += 2)
+			for (uint32_t m = 1; m <= 11; m += 3) {
+				tq_dot_portable(x, ld, n, a, m, ks[ki], want, 11);
+				for (size_t d = 0; d < 3; d++) {
+					if (!dk[d].run)
+						continue;
+					memset(got, 0xff, sizeof(got));
+					dk[d].fn(x, ld, n, a, m, ks[ki], got, 11);
+					for (size_t i = 0; i < n; i++)
+						bad[d] |= memcmp(got + i * 11,
+						    want + i * 11, m *
+						    sizeof(float)) != 0;
+				}
+			}
+	for (size_t d = 0; d < 3; d++) {
+		if (bad[d])
+			fprintf(stderr, "dot kernel %s differs\n", dk[d].name);
+		CHECK(!bad[d]);
+	}
+	/* The order by hand: 16 lanes, the halving tree, then the tail. */
+	{
+		float xv[17], av[17], l[16], t[8], u[4], s, y;
+
+		for (unsigned i = 0; i < 17; i++) {
+			xv[i] = x[i];
+			av[i] = a[i];
+		}
+		for (unsigned i = 0; i < 16; i++)
+			l[i] = 0.0f + xv[i] * av[i];
+		for (unsigned i = 0; i < 8; i++)
+			t[i] = l[i] + l[i + 8];
+		for (unsigned i = 0; i < 4; i++)
+			u[i] = t[i] + t[i + 4];
+		s = (u[0] + u[1]) + (u[2] + u[3]);
+		s += xv[16] * av[16];
+		tq_dot_portable(xv, 17, 1, av, 1, 17, &y, 1);
+		CHECK(memcmp(&s, &y, sizeof(s)) == 0);
+	}
+	free(x);
+	free(a);
+}
+
 int
 main(void)
 {
@@ -207,6 +282,7 @@ main(void)
 	RUN(test_fields4);
 	RUN(test_fields6);
 	RUN(test_corners);
+	RUN(test_dot);
 	for (k = 0; k < NKERN; k++)
 		if (runnable[k])
 			printf("kernel %s: ran, %lu cases against scalar\n",

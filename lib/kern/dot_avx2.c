@@ -1,0 +1,112 @@
+/*
+ * dot_avx2.c - fixed-order dot products for AVX2 (built with -mavx2
+ * -mfma; FMA is never used: the order of dot_scalar.c needs separate
+ * rounding of the multiply and the add, and ISO C mode keeps the compiler
+ * from fusing them).  Two registers hold lanes 0-7 and 8-15; their sum
+ * is t, the two halves of t summed give u.
+ *
+ * Two input rows times two outputs per step reuse each load twice.
+ */
+#include <immintrin.h>
+
+#include "internal.h"
+
+static inline float
+reduce(__m256 lo, __m256 hi)
+{
+	__m256 t = _mm256_add_ps(lo, hi);
+	__m128 u = _mm_add_ps(_mm256_castps256_ps128(t),
+	    _mm256_extractf128_ps(t, 1));
+	float v[4];
+
+	_mm_storeu_ps(v, u);
+	return (v[0] + v[1]) + (v[2] + v[3]);
+}
+
+#define MADD(acc, p, q) acc = _mm256_add_ps(acc, _mm256_mul_ps(p, q))
+
+void
+tq_dot_avx2(const float *x, size_t ldx, size_t n, const float *a,
+    uint32_t m, uint32_t k, float *y, size_t ldy)
+{
+	uint32_t k16 = k - k % 16, o, j;
+	size_t i = 0;
+
+	for (; i + 2 <= n; i += 2) {
+		const float *x0 = x + i * ldx, *x1 = x0 + ldx;
+
+		for (o = 0; o + 2 <= m; o += 2) {
+			const float *a0 = a + (size_t)o * k, *a1 = a0 + k;
+			__m256 s00l = _mm256_setzero_ps(), s00h = s00l;
+			__m256 s01l = s00l, s01h = s00l, s10l = s00l;
+			__m256 s10h = s00l, s11l = s00l, s11h = s00l;
+
+			for (j = 0; j < k16; j += 16) {
+				__m256 al = _mm256_loadu_ps(a0 + j);
+				__m256 ah = _mm256_loadu_ps(a0 + j + 8);
+				__m256 bl = _mm256_loadu_ps(a1 + j);
+				__m256 bh = _mm256_loadu_ps(a1 + j + 8);
+				__m256 vl = _mm256_loadu_ps(x0 + j);
+				__m256 vh = _mm256_loadu_ps(x0 + j + 8);
+
+				MADD(s00l, vl, al);
+				MADD(s00h, vh, ah);
+				MADD(s01l, vl, bl);
+				MADD(s01h, vh, bh);
+				vl = _mm256_loadu_ps(x1 + j);
+				vh = _mm256_loadu_ps(x1 + j + 8);
+				MADD(s10l, vl, al);
+				MADD(s10h, vh, ah);
+				MADD(s11l, vl, bl);
+				MADD(s11h, vh, bh);
+			}
+			y[i * ldy + o] = tq_dot_tail(reduce(s00l, s00h), x0, a0,
+			    k16, k);
+			y[i * ldy + o + 1] = tq_dot_tail(reduce(s01l, s01h), x0,
+			    a1, k16, k);
+			y[(i + 1) * ldy + o] = tq_dot_tail(reduce(s10l, s10h),
+			    x1, a0, k16, k);
+			y[(i + 1) * ldy + o + 1] = tq_dot_tail(reduce(s11l,
+			    s11h), x1, a1, k16, k);
+		}
+		if (o < m)
+			tq_dot_portable(x0, ldx, 2, a + (size_t)o * k, m - o, k,
+			    y + i * ldy + o, ldy);
+	}
+	for (; i < n; i++) {
+		const float *x0 = x + i * ldx;
+
+		for (o = 0; o + 4 <= m; o += 4) {
+			const float *a0 = a + (size_t)o * k, *a1 = a0 + k;
+			const float *a2 = a1 + k, *a3 = a2 + k;
+			__m256 s0l = _mm256_setzero_ps(), s0h = s0l, s1l = s0l;
+			__m256 s1h = s0l, s2l = s0l, s2h = s0l, s3l = s0l;
+			__m256 s3h = s0l;
+
+			for (j = 0; j < k16; j += 16) {
+				__m256 vl = _mm256_loadu_ps(x0 + j);
+				__m256 vh = _mm256_loadu_ps(x0 + j + 8);
+
+				MADD(s0l, vl, _mm256_loadu_ps(a0 + j));
+				MADD(s0h, vh, _mm256_loadu_ps(a0 + j + 8));
+				MADD(s1l, vl, _mm256_loadu_ps(a1 + j));
+				MADD(s1h, vh, _mm256_loadu_ps(a1 + j + 8));
+				MADD(s2l, vl, _mm256_loadu_ps(a2 + j));
+				MADD(s2h, vh, _mm256_loadu_ps(a2 + j + 8));
+				MADD(s3l, vl, _mm256_loadu_ps(a3 + j));
+				MADD(s3h, vh, _mm256_loadu_ps(a3 + j + 8));
+			}
+			y[i * ldy + o] = tq_dot_tail(reduce(s0l, s0h), x0, a0,
+			    k16, k);
+			y[i * ldy + o + 1] = tq_dot_tail(reduce(s1l, s1h), x0, a1,
+			    k16, k);
+			y[i * ldy + o + 2] = tq_dot_tail(reduce(s2l, s2h), x0, a2,
+			    k16, k);
+			y[i * ldy + o + 3] = tq_dot_tail(reduce(s3l, s3h), x0, a3,
+			    k16, k);
+		}
+		if (o < m)
+			tq_dot_portable(x0, ldx, 1, a + (size_t)o * k, m - o, k,
+			    y + i * ldy + o, ldy);
+	}
+}

@@ -1,0 +1,107 @@
+/*
+ * dot_avx512.c - fixed-order dot products for AVX-512F (built with the
+ * AVX-512 flags of the scan kernel; only AVX-512F is used, and no FMA:
+ * see dot_scalar.c for the order).  One register holds the 16 lanes; its
+ * 256-bit halves summed give t, the 128-bit halves of t give u.
+ *
+ * Four input rows times four outputs per step: sixteen accumulators,
+ * each load of x or a used four times.
+ */
+#include <immintrin.h>
+
+#include "internal.h"
+
+static inline float
+reduce(__m512 z)
+{
+	__m256 lo = _mm512_castps512_ps256(z);
+	__m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(
+	    _mm512_castps_pd(z), 1));
+	__m256 t = _mm256_add_ps(lo, hi);
+	__m128 u = _mm_add_ps(_mm256_castps256_ps128(t),
+	    _mm256_extractf128_ps(t, 1));
+	float v[4];
+
+	_mm_storeu_ps(v, u);
+	return (v[0] + v[1]) + (v[2] + v[3]);
+}
+
+#define MADD(acc, p, q) acc = _mm512_add_ps(acc, _mm512_mul_ps(p, q))
+
+void
+tq_dot_avx512(const float *x, size_t ldx, size_t n, const float *a,
+    uint32_t m, uint32_t k, float *y, size_t ldy)
+{
+	uint32_t k16 = k - k % 16, o, j;
+	size_t i = 0;
+
+	for (; i + 4 <= n; i += 4) {
+		const float *xr[4] = { x + i * ldx, x + (i + 1) * ldx,
+		    x + (i + 2) * ldx, x + (i + 3) * ldx };
+
+		for (o = 0; o + 4 <= m; o += 4) {
+			const float *ar[4] = { a + (size_t)o * k,
+			    a + (size_t)(o + 1) * k, a + (size_t)(o + 2) * k,
+			    a + (size_t)(o + 3) * k };
+			__m512 s[4][4];
+
+			/* Fully unrolled, so the accumulators stay in registers. */
+#pragma GCC unroll 4
+			for (unsigned r = 0; r < 4; r++)
+#pragma GCC unroll 4
+				for (unsigned c = 0; c < 4; c++)
+					s[r][c] = _mm512_setzero_ps();
+			for (j = 0; j < k16; j += 16) {
+				__m512 av[4];
+
+#pragma GCC unroll 4
+				for (unsigned c = 0; c < 4; c++)
+					av[c] = _mm512_loadu_ps(ar[c] + j);
+#pragma GCC unroll 4
+				for (unsigned r = 0; r < 4; r++) {
+					__m512 v = _mm512_loadu_ps(xr[r] + j);
+
+#pragma GCC unroll 4
+					for (unsigned c = 0; c < 4; c++)
+						MADD(s[r][c], v, av[c]);
+				}
+			}
+			for (unsigned r = 0; r < 4; r++)
+				for (unsigned c = 0; c < 4; c++)
+					y[(i + r) * ldy + o + c] = tq_dot_tail(
+					    reduce(s[r][c]), xr[r], ar[c], k16,
+					    k);
+		}
+		if (o < m)
+			tq_dot_portable(xr[0], ldx, 4, a + (size_t)o * k,
+			    m - o, k, y + i * ldy + o, ldy);
+	}
+	for (; i < n; i++) {
+		const float *x0 = x + i * ldx;
+
+		for (o = 0; o + 4 <= m; o += 4) {
+			const float *ar[4] = { a + (size_t)o * k,
+			    a + (size_t)(o + 1) * k, a + (size_t)(o + 2) * k,
+			    a + (size_t)(o + 3) * k };
+			__m512 s[4];
+
+#pragma GCC unroll 4
+			for (unsigned c = 0; c < 4; c++)
+				s[c] = _mm512_setzero_ps();
+			for (j = 0; j < k16; j += 16) {
+				__m512 v = _mm512_loadu_ps(x0 + j);
+
+#pragma GCC unroll 4
+				for (unsigned c = 0; c < 4; c++)
+					MADD(s[c], v, _mm512_loadu_ps(ar[c] +
+					    j));
+			}
+			for (unsigned c = 0; c < 4; c++)
+				y[i * ldy + o + c] = tq_dot_tail(reduce(s[c]), x0,
+				    ar[c], k16, k);
+		}
+		if (o < m)
+			tq_dot_portable(x0, ldx, 1, a + (size_t)o * k, m - o, k,
+			    y + i * ldy + o, ldy);
+	}
+}
