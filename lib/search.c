@@ -520,10 +520,31 @@ refined_key(const struct ctx *c, struct worker *w, size_t i, uint64_t r)
 	double dot = 0.0, ip;
 	uint32_t d;
 
-	tq_unpack_block_row(q, ix->codes + r / TQ_BLOCK * ix->block_bytes, j,
-	    w->codes);
-	for (d = 0; d < c->dim; d++)
-		dot += (double)rq[d] * (double)q->centroids[w->codes[d]];
+	if (q->field_bits == 4) {
+		/*
+		 * Nibble fields read in place: the same products in the
+		 * same order as the unpacked loop below, without the copy.
+		 */
+		const uint8_t *blk = ix->codes + r / TQ_BLOCK * ix->block_bytes +
+		    (j & 15);
+		unsigned sh = j < 16 ? 0 : 4, cpf = q->coords_per_field;
+		unsigned bits = q->bits, mask = q->nlevels - 1;
+		uint32_t f, nf = (c->dim + cpf - 1) / cpf;
+
+		for (f = 0, d = 0; f < nf; f++) {
+			unsigned v = (unsigned)(blk[(size_t)f * 16] >> sh) & 15u;
+
+			for (unsigned t = 0; t < cpf && d < c->dim; t++, d++)
+				dot += (double)rq[d] * (double)q->centroids[
+				    v >> (t * bits) & mask];
+		}
+	} else {
+		tq_unpack_block_row(q, ix->codes + r / TQ_BLOCK *
+		    ix->block_bytes, j, w->codes);
+		for (d = 0; d < c->dim; d++)
+			dot += (double)rq[d] * (double)q->centroids[
+			    w->codes[d]];
+	}
 	ip = (double)fs[j] * dot + (double)fs[TQ_BLOCK + j] + (double)c->qc[i];
 	if (c->metric == TQ_METRIC_L2)
 		return (float)-((double)c->qn2[i] - 2.0 * ip +
