@@ -9,14 +9,14 @@
 static const char usage_str[] =
     "tq-build [-q quantizer | [-b bits] [-m metric] [-s seed] [--no-centre]]\n"
     "                [--ids file] [--originals f32|f16|none] [--threads n]\n"
-    "                [--dataset name] [-v] -o index corpus\n"
+    "                [--dataset name] [--shard i/n] [-v] -o index corpus\n"
     "       tq-build --append [--ids file] [--threads n] [--dataset name] [-v]\n"
     "                [-o output] index corpus\n"
     "       tq-build --delete ids [-v] [-o output] index\n"
     "       tq-build --compact [--threads n] [-v] [-o output] index";
 
 enum { OPT_APPEND = 256, OPT_COMPACT, OPT_DATASET, OPT_DELETE, OPT_IDS,
-    OPT_NO_CENTRE, OPT_ORIGINALS, OPT_THREADS };
+    OPT_NO_CENTRE, OPT_ORIGINALS, OPT_SHARD, OPT_THREADS };
 
 static const struct option longopts[] = {
 	{ "append",	no_argument,		NULL, OPT_APPEND },
@@ -27,6 +27,7 @@ static const struct option longopts[] = {
 	{ "ids",	required_argument,	NULL, OPT_IDS },
 	{ "no-centre",	no_argument,		NULL, OPT_NO_CENTRE },
 	{ "originals",	required_argument,	NULL, OPT_ORIGINALS },
+	{ "shard",	required_argument,	NULL, OPT_SHARD },
 	{ "threads",	required_argument,	NULL, OPT_THREADS },
 	{ "verbose",	no_argument,		NULL, 'v' },
 	{ "version",	no_argument,		NULL, 'V' },
@@ -197,6 +198,7 @@ main(int argc, char *argv[])
 	double t0;
 	int ch, centre = 1, fitopt = 0, verbose = 0, mode = 0, nmodes = 0;
 	int origopt = 0;
+	uint32_t shard = 0, nshards = 0;
 
 	cmd_init(argv, usage_str);
 	tq_fit_params_default(&fp);
@@ -261,6 +263,9 @@ main(int argc, char *argv[])
 				usage_error("originals '%s' is not one of f32, "
 				    "f16, none", optarg);
 			break;
+		case OPT_SHARD:
+			parse_shard(optarg, &shard, &nshards);
+			break;
 		case OPT_THREADS:
 			bp.threads = parse_u32(optarg, 0, 1024, "threads");
 			break;
@@ -272,6 +277,12 @@ main(int argc, char *argv[])
 	argv += optind;
 	if (nmodes > 1)
 		usage_error("only one of --append, --delete and --compact");
+	if (nshards > 0 && mode != 0)
+		usage_error("--shard goes with a new build, not --append, "
+		    "--delete or --compact");
+	if (nshards > 0 && qpath == NULL)
+		usage_error("--shard needs -q: every shard must use the same "
+		    "quantizer");
 	if (mode != 0) {
 		if (qpath != NULL || fitopt || origopt)
 			usage_error("--%s keeps the index's quantizer and "
@@ -316,6 +327,8 @@ main(int argc, char *argv[])
 		if ((st = tq_ids_open(idspath, &ids)) != TQ_OK)
 			die_status(st, idspath);
 	}
+	if (nshards > 0)
+		shard_select(corpus, r, idspath, &ids, shard, nshards);
 	if ((st = tq_build(q, r, ids, &bp, out)) != TQ_OK)
 		die_status(st, blame(st, corpus, idspath, out));
 	tq_ids_close(ids);
