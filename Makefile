@@ -1,4 +1,5 @@
-# tq - one non-recursive Makefile.  Targets: all check check-asan install clean.
+# tq - one non-recursive Makefile.  Targets: all check check-asan check-slurm
+# install clean.
 # V=1 shows the commands.
 
 PREFIX  ?= /usr/local
@@ -33,7 +34,7 @@ KERN_SRC = lib/kern/scan_scalar.c lib/kern/dot_scalar.c lib/kern/dispatch.c
 KERN_ISA = $(wildcard lib/kern/scan_avx2.c lib/kern/scan_avx512.c \
            lib/kern/dot_avx2.c lib/kern/dot_avx512.c)
 LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/%.o) $(KERN_SRC:%.c=$(BUILD)/%.o) $(KERN_ISA:%.c=$(BUILD)/%.o)
-PROGS    = tq-fit tq-encode tq-build tq-search tq-recall tq-inspect
+PROGS    = tq-fit tq-encode tq-build tq-search tq-merge tq-recall tq-inspect
 PROG_BIN = $(PROGS:%=$(BUILD)/bin/%)
 CMD_COMMON = $(BUILD)/cmd/common.o
 UNIT_SRC = $(wildcard tests/unit/test_*.c)
@@ -95,6 +96,11 @@ test-build: $(PROG_BIN) units
 check-asan:
 	$(MAKE) BUILD=build-asan OPT="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" test-build
 
+# The sharded build, search and merge of scripts/slurm through a real
+# one-node Slurm cluster started on this machine (root; installs Slurm).
+check-slurm: $(PROG_BIN)
+	@./tests/slurm/check $(BUILD)/bin
+
 check-valgrind: all units
 	@TQ_VALGRIND=1 ./tests/run-unit $(UNIT_BIN)
 
@@ -151,19 +157,20 @@ clean-fuzz:
 # --- end fuzzing ---
 
 man-lint:
-	mandoc -Tlint -Wwarning man/*.1 man/*.5
+	mandoc -Tlint -Wwarning man/*.1 man/*.5 man/*.7
 
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCDIR) \
-	    $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5
+	    $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man7
 	install -m 755 $(PROG_BIN) $(DESTDIR)$(BINDIR)
 	install -m 644 $(LIBA) $(DESTDIR)$(LIBDIR)
 	install -m 644 lib/tq.h $(DESTDIR)$(INCDIR)
 	install -m 644 man/*.1 $(DESTDIR)$(MANDIR)/man1
 	install -m 644 man/tq.5 $(DESTDIR)$(MANDIR)/man5
+	install -m 644 man/tq-slurm.7 $(DESTDIR)$(MANDIR)/man7
 
 clean:
 	rm -rf build build-asan bin lib/libtq.a
 
-.PHONY: all units test-build check check-asan check-valgrind man-lint install clean
+.PHONY: all units test-build check check-asan check-slurm check-valgrind man-lint install clean
 .SECONDARY:

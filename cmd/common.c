@@ -614,3 +614,46 @@ read_all_ids(const char *path, size_t *n)
 	return ids;
 }
 
+
+/* Shards ---------------------------------------------------------------- */
+
+void
+parse_shard(const char *s, uint32_t *i, uint32_t *n)
+{
+	const char *slash = strchr(s, '/');
+	char num[24];
+
+	if (slash == NULL || (size_t)(slash - s) >= sizeof(num))
+		usage_error("shard '%s' is not i/n", s);
+	memcpy(num, s, (size_t)(slash - s));
+	num[slash - s] = '\0';
+	*n = parse_u32(slash + 1, 1, 1000000, "shard count");
+	*i = parse_u32(num, 0, *n - 1, "shard number");
+}
+
+void
+shard_select(const char *corpus, struct tq_reader *r, const char *idspath,
+    struct tq_ids_reader **ids, uint32_t i, uint32_t n)
+{
+	int64_t rows = tq_reader_count(r);
+	uint64_t first, count;
+	enum tq_status st;
+
+	if (rows < 0)
+		die("%s: --shard needs a row count known in advance (an "
+		    "uncompressed file or HDF5, not a pipe or zstd)",
+		    in_name(corpus));
+	if ((st = tq_shard_rows((uint64_t)rows, i, n, &first, &count)) != TQ_OK)
+		die_status(st, in_name(corpus));
+	if (count == 0)
+		die("%s: shard %u/%u is empty: %lld rows for %u shards",
+		    in_name(corpus), i, n, (long long)rows, n);
+	if ((st = tq_reader_window(r, first, count)) != TQ_OK)
+		die_status(st, in_name(corpus));
+	if (*ids != NULL)
+		st = tq_ids_window(*ids, first, count);
+	else
+		st = tq_ids_sequence(first, count, ids);
+	if (st != TQ_OK)
+		die_status(st, idspath != NULL ? in_name(idspath) : NULL);
+}

@@ -116,6 +116,20 @@ float get_lef32(const uint8_t *p);
  */
 uint64_t *read_all_ids(const char *path, size_t *n);
 
+/*
+ * --shard I/N: 0 <= I < N <= 1000000, else a usage error naming the value.
+ */
+void parse_shard(const char *s, uint32_t *i, uint32_t *n);
+/*
+ * Restricts the corpus reader r (of the file `corpus`) to shard i of n
+ * (tq_shard_rows) and the ids to the same rows: *ids, the reader of the
+ * file idspath, is windowed; when *ids is NULL it becomes the sequence of
+ * the shard's row numbers in the whole corpus.  Exit 1 naming the file on
+ * failure: a corpus whose count is not known in advance, an empty shard.
+ */
+void shard_select(const char *corpus, struct tq_reader *r,
+    const char *idspath, struct tq_ids_reader **ids, uint32_t i, uint32_t n);
+
 /* Last component of a path (no allocation; "a/b/" gives "b/"). */
 const char *base_name(const char *path);
 

@@ -10,7 +10,7 @@ static const char usage_str[] =
     "tq-build [-q quantizer | [-b bits] [-m metric] [-s seed] [--no-centre]\n"
     "                [--lists n|auto]] [--ids file] [--originals f32|f16|none]\n"
     "                [--threads n] [--memory MiB] [--dups m] [--dup-ratio r]\n"
-    "                [--dataset name] [-v] -o index corpus\n"
+    "                [--dataset name] [--shard i/n] [-v] -o index corpus\n"
     "       tq-build --append [--ids file] [--threads n] [--memory MiB]\n"
     "                [--dataset name] [-v] [-o output] index corpus\n"
     "       tq-build --delete ids [-v] [-o output] index\n"
@@ -19,7 +19,7 @@ static const char usage_str[] =
 
 enum { OPT_APPEND = 256, OPT_COMPACT, OPT_DATASET, OPT_DELETE, OPT_DUP_RATIO,
     OPT_DUPS, OPT_IDS, OPT_LISTS, OPT_MEMORY, OPT_NO_CENTRE, OPT_ORIGINALS,
-    OPT_THREADS };
+    OPT_SHARD, OPT_THREADS };
 
 static const struct option longopts[] = {
 	{ "append",	no_argument,		NULL, OPT_APPEND },
@@ -34,6 +34,7 @@ static const struct option longopts[] = {
 	{ "memory",	required_argument,	NULL, OPT_MEMORY },
 	{ "no-centre",	no_argument,		NULL, OPT_NO_CENTRE },
 	{ "originals",	required_argument,	NULL, OPT_ORIGINALS },
+	{ "shard",	required_argument,	NULL, OPT_SHARD },
 	{ "threads",	required_argument,	NULL, OPT_THREADS },
 	{ "verbose",	no_argument,		NULL, 'v' },
 	{ "version",	no_argument,		NULL, 'V' },
@@ -212,6 +213,7 @@ main(int argc, char *argv[])
 	double t0;
 	int ch, centre = 1, fitopt = 0, verbose = 0, mode = 0, nmodes = 0;
 	int origopt = 0, dupopt = 0;
+	uint32_t shard = 0, nshards = 0;
 
 	cmd_init(argv, usage_str);
 	tq_fit_params_default(&fp);
@@ -294,6 +296,9 @@ main(int argc, char *argv[])
 				usage_error("originals '%s' is not one of f32, "
 				    "f16, none", optarg);
 			break;
+		case OPT_SHARD:
+			parse_shard(optarg, &shard, &nshards);
+			break;
 		case OPT_THREADS:
 			bp.threads = parse_u32(optarg, 0, 1024, "threads");
 			break;
@@ -305,6 +310,12 @@ main(int argc, char *argv[])
 	argv += optind;
 	if (nmodes > 1)
 		usage_error("only one of --append, --delete and --compact");
+	if (nshards > 0 && mode != 0)
+		usage_error("--shard goes with a new build, not --append, "
+		    "--delete or --compact");
+	if (nshards > 0 && qpath == NULL)
+		usage_error("--shard needs -q: every shard must use the same "
+		    "quantizer");
 	if (mode != 0) {
 		if (qpath != NULL || fitopt || origopt || dupopt)
 			usage_error("--%s keeps the index's quantizer, "
@@ -358,6 +369,8 @@ main(int argc, char *argv[])
 		if ((st = tq_ids_open(idspath, &ids)) != TQ_OK)
 			die_status(st, idspath);
 	}
+	if (nshards > 0)
+		shard_select(corpus, r, idspath, &ids, shard, nshards);
 	if ((st = tq_build(q, r, ids, &bp, out)) != TQ_OK)
 		die_status(st, blame(st, corpus, idspath, out));
 	tq_ids_close(ids);

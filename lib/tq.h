@@ -148,6 +148,35 @@ enum tq_status tq_ids_read(struct tq_ids_reader *r, uint64_t *ids,
 void tq_ids_close(struct tq_ids_reader *r);
 
 /*
+ * Sharding: shard i (0 <= i < n) of a corpus of `rows` rows is the
+ * contiguous range of rows [floor(i*rows/n), floor((i+1)*rows/n)); the n
+ * shards partition the rows in order, and a shard is empty only when
+ * rows < n.  tq_shard_rows sets *first and *count (TQ_ERR_ARG if i >= n).
+ *
+ * tq_reader_window restricts a reader, before its first read, to the
+ * rows [first, first + count): it then delivers exactly those and
+ * tq_reader_count() returns `count`.  The rows before are seeked over, not
+ * read or checked; failure details keep the row numbers of the whole
+ * file.  Needs an input whose count is known (tq_reader_count() >= 0:
+ * an uncompressed regular file or HDF5), TQ_ERR_UNSUPPORTED otherwise;
+ * TQ_ERR_ARG if the range passes the end or a row was already read.
+ *
+ * tq_ids_window does the same for an ids reader: it reads and drops the
+ * first `first` ids (TQ_ERR_MISMATCH if the file ends among them) and
+ * then delivers at most `count`.  tq_ids_sequence makes an ids reader
+ * without a file that delivers first, first + 1, ..., first + count - 1:
+ * the ids of rows that keep their numbers in the whole corpus.
+ */
+enum tq_status tq_shard_rows(uint64_t rows, uint32_t i, uint32_t n,
+    uint64_t *first, uint64_t *count);
+enum tq_status tq_reader_window(struct tq_reader *r, uint64_t first,
+    uint64_t count);
+enum tq_status tq_ids_window(struct tq_ids_reader *r, uint64_t first,
+    uint64_t count);
+enum tq_status tq_ids_sequence(uint64_t first, uint64_t count,
+    struct tq_ids_reader **out);
+
+/*
  * Copies the string attribute `name` of the root group of an HDF5 file
  * (ann-benchmarks keeps the metric in "distance") into buf[len], NUL-
  * terminated.  TQ_ERR_FORMAT if the file is not HDF5 or has no such string

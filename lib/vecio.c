@@ -1166,6 +1166,53 @@ tq_reader_read_i32(struct tq_reader *r, int32_t *rows, size_t max,
 	return reader_read(r, NULL, rows, max, got);
 }
 
+/*
+ * Row windows (sharding).  The skipped rows are seeked over (byte formats
+ * are sized only when they are uncompressed regular files) or, for HDF5,
+ * simply not selected: they are never read, converted or checked, so a bad
+ * row outside the window does not fail it.  `row` and `claimed` keep the
+ * file's numbering, so failure details name the row in the whole file.
+ */
+enum tq_status
+tq_reader_window(struct tq_reader *r, uint64_t first, uint64_t count)
+{
+	struct src *s = &r->src;
+	uint64_t skip, end;
+
+	if (r->count < 0)
+		return tq_fail(TQ_ERR_UNSUPPORTED, "the row count is not known "
+		    "in advance (a pipe or a compressed file)");
+	if (r->row != 0 || r->ended || r->failed != TQ_OK)
+		return tq_fail(TQ_ERR_ARG, "window after a read");
+	if (ck_add64(first, count, &end) || end > (uint64_t)r->count)
+		return tq_fail(TQ_ERR_ARG, "rows %llu..%llu are past the %llu "
+		    "rows of the input", (ull)first, (ull)end,
+		    (ull)r->count);
+	if (r->kind != RK_HDF5 && first > 0) {
+		if (!s->regular || s->zd != NULL)
+			return tq_fail(TQ_ERR_UNSUPPORTED, "cannot seek in "
+			    "this input");
+		if (ck_mul64(first, r->rowbytes, &skip))
+			return tq_fail(TQ_ERR_OVERFLOW, "row offset overflows");
+		if (skip <= src_avail(s)) {
+			src_consume(s, (size_t)skip);
+		} else {
+			skip -= src_avail(s);
+			if (skip > (uint64_t)INT64_MAX ||
+			    lseek(s->fd, (off_t)skip, SEEK_CUR) == -1)
+				return tq_fail(TQ_ERR_IO, "seek: %s",
+				    strerror(errno));
+			s->pos = s->len = 0;
+		}
+	}
+	r->row = first;
+	r->claimed = end;
+	r->count = (int64_t)count;
+	if (count == 0)
+		r->ended = 1;
+	return TQ_OK;
+}
+
 enum tq_status
 tq_read_all(const char *path, const char *dataset, float **rows,
     uint32_t *dim, size_t *n)
@@ -1254,6 +1301,9 @@ struct tq_ids_reader {
 	uint64_t line;		/* text: current line, from 1 */
 	uint64_t cur;		/* text: value of the line so far */
 	int digits, cr;
+	uint64_t left;		/* ids still to deliver (tq_ids_window) */
+	int seq;		/* tq_ids_sequence: no file, ids from `next` */
+	uint64_t next;
 };
 
 enum tq_status
@@ -1270,6 +1320,7 @@ tq_ids_open(const char *path, struct tq_ids_reader **out)
 		return tq_fail(TQ_ERR_NOMEM, "out of memory");
 	src_init(&r->src);
 	r->line = 1;
+	r->left = UNKNOWN;
 	r->raw = strcmp(path, "-") != 0 && has_ext(path, ".u64");
 	st = src_open(&r->src, path);
 	if (st == TQ_OK)
@@ -1390,12 +1441,66 @@ tq_ids_read(struct tq_ids_reader *r, uint64_t *ids, size_t max, size_t *got)
 		return tq_fail(r->failed, "an earlier read failed");
 	if (r->ended || max == 0)
 		return TQ_OK;
-	st = r->raw ? ids_raw(r, ids, max, got) : ids_text(r, ids, max, got);
+	if (r->left != UNKNOWN && max > r->left)
+		max = (size_t)r->left;
+	if (r->seq) {
+		for (size_t i = 0; i < max; i++)
+			ids[i] = r->next++;
+		*got = max;
+		st = TQ_OK;
+	} else
+		st = r->raw ? ids_raw(r, ids, max, got) :
+		    ids_text(r, ids, max, got);
 	if (st != TQ_OK) {
 		*got = 0;
 		r->failed = st;
+	} else if (r->left != UNKNOWN) {
+		r->left -= *got;
+		if (r->left == 0)
+			r->ended = 1;
 	}
 	return st;
+}
+
+enum tq_status
+tq_ids_window(struct tq_ids_reader *r, uint64_t first, uint64_t count)
+{
+	uint64_t buf[512];
+	size_t got;
+
+	if (r->left != UNKNOWN)
+		return tq_fail(TQ_ERR_ARG, "ids window set twice");
+	while (first > 0) {
+		TQ_TRY(tq_ids_read(r, buf, first < 512 ? (size_t)first : 512,
+		    &got));
+		if (got == 0)
+			return tq_fail(TQ_ERR_MISMATCH, "the ids file ends "
+			    "before the window's first id");
+		first -= got;
+	}
+	r->left = count;
+	if (count == 0)
+		r->ended = 1;
+	return TQ_OK;
+}
+
+enum tq_status
+tq_ids_sequence(uint64_t first, uint64_t count, struct tq_ids_reader **out)
+{
+	struct tq_ids_reader *r;
+
+	*out = NULL;
+	if (count > 0 && first + (count - 1) < first)
+		return tq_fail(TQ_ERR_OVERFLOW, "ids past 2^64 - 1");
+	if ((r = calloc(1, sizeof(*r))) == NULL)
+		return tq_fail(TQ_ERR_NOMEM, "out of memory");
+	src_init(&r->src);
+	r->seq = 1;
+	r->next = first;
+	r->left = count;
+	r->ended = count == 0;
+	*out = r;
+	return TQ_OK;
 }
 
 void

@@ -25,6 +25,9 @@ tests compare the programs against a second implementation:
   tsvcheck FILE NQ K      checks tq-search TSV shape
   jsoncheck FILE NQ K     checks tq-search JSON Lines shape
   ivecscheck FILE NQ K    checks tq-search ivecs shape
+  merge METRIC K OUT IN...  the best K per query of tq-search tsv files by
+                          score (lower first for l2), ties by smaller id:
+                          a second implementation of tq-merge
 """
 import json
 import math
@@ -303,12 +306,28 @@ def ivecscheck(args):
         die("ivecs: bad row widths")
 
 
+def merge(args):
+    metric, k, out = args[0], int(args[1]), args[2]
+    per = {}
+    for path in args[3:]:
+        for line in open(path).read().splitlines():
+            q, _, i, sc = line.split("\t")
+            per.setdefault(int(q), []).append((float(sc), int(i), sc))
+    sign = 1 if metric == "l2" else -1
+    with open(out, "w") as f:
+        for q in sorted(per):
+            best = sorted(per[q], key=lambda h: (sign * h[0], h[1]))[:k]
+            for r, h in enumerate(best):
+                f.write("%d\t%d\t%d\t%s\n" % (q, r + 1, h[1], h[2]))
+
+
 CMDS = {
     "gen": gen, "rows": rows_cmd, "head": head, "perturb": perturb,
     "tofvecs": tofvecs, "tonpy": tonpy, "info": info, "truth": truth,
     "ivecs": ivecs, "mkivecs": mkivecs, "recall": recall, "relerr": relerr,
     "sections": sections, "flip": flip, "flips": flips,
     "tsvcheck": tsvcheck, "jsoncheck": jsoncheck, "ivecscheck": ivecscheck,
+    "merge": merge,
 }
 
 if __name__ == "__main__":
