@@ -121,8 +121,13 @@ tq_ivf_nearest(const struct tq_ivf *v, uint32_t dim, const float *x,
 				tq_topk_push(&h, list_score(v, o, si[o], inv, ip),
 				    o);
 			thr = (float)((double)h.key[0] - 2.0 * e);
+			/*
+			 * Written as "not below" so that NaN scores (from
+			 * centroids so large their products overflow) stay
+			 * candidates: at least p lists always come out.
+			 */
 			for (o = 0; o < nl; o++)
-				if (list_score(v, o, si[o], inv, ip) >= thr)
+				if (!(list_score(v, o, si[o], inv, ip) < thr))
 					cand[nc++] = o;
 			tq_topk_reset(&h);
 			for (t = 0; t < nc; t++) {

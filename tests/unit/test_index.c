@@ -746,6 +746,18 @@ test_ivf_nearest(void)
 		if (mode == 0)
 			CHECK(got[0] == 5 && got[1] == 20);
 	}
+	/* Centroids so large the scores overflow: still p lists < nlist. */
+	for (uint32_t i = 0; i < nl * dim; i++)
+		c[i] = i % 2 ? 3e38f : -3e38f;
+	CHECK_OK(tq_ivf_prepare(&v, dim));
+	CHECK_OK(tq_ivf_nearest(&v, dim, x, n, 0, 0, p, got, NULL));
+	{
+		int ok = 1;
+
+		for (uint32_t i = 0; i < n * p; i++)
+			ok &= got[i] < nl;
+		CHECK(ok);
+	}
 	free(v.n2);
 	free(c);
 	free(x);
