@@ -162,12 +162,13 @@ section_offset() { tq sections "$1" | awk -v t="$2" '$1 == t { print $2 }'; }
 }
 
 # The corruption matrix of the hardening issue, on a larger index (1000 x 64
-# with f16 originals, about 80 KiB): truncation at every 4 KiB boundary and
-# at both edges of every section, and a sample of payload bytes flipped.
-@test "corruption matrix: every 4 KiB and section-edge truncation, sampled payload flips" {
+# with f16 originals, about 80 KiB, flat or IVF): truncation at every 4 KiB
+# boundary and at both edges of every section, and a sample of payload
+# bytes flipped.  Arguments: tq-build options.
+corruption_matrix() {
 	mkfix big.bin 64 1000 71 --clusters 8
 	mkfix q64.bin 64 3 72
-	"$TQ_BIN/tq-build" --originals f16 -o big.tqi big.bin
+	"$TQ_BIN/tq-build" --originals f16 "$@" -o big.tqi big.bin
 	"$TQ_BIN/tq-inspect" --json big.tqi > info.json
 	mkdir cuts flips
 	"$PY" - big.tqi info.json <<'PY'
@@ -197,4 +198,14 @@ PY
 	# crash or read out of bounds.
 	ls flips/* | "$BATS_TEST_DIRNAME/loop-check" refuse "$TQ_BIN/tq-inspect" --verify {}
 	ls flips/* | "$BATS_TEST_DIRNAME/loop-check" nocrash "$TQ_BIN/tq-search" -k 3 --oversample 2 -i q64.bin {}
+}
+
+@test "corruption matrix: every 4 KiB and section-edge truncation, sampled payload flips" {
+	corruption_matrix
+}
+
+@test "corruption matrix of an IVF index with copies (IVFC, LIST, IPAR copies)" {
+	corruption_matrix --lists 6 --dups 2 --dup-ratio 2
+	# Every probe reaches every list, damaged offsets included.
+	ls flips/flip-LIST-* | "$BATS_TEST_DIRNAME/loop-check" nocrash "$TQ_BIN/tq-search" -k 3 --probes 6 -i q64.bin {}
 }
