@@ -244,6 +244,7 @@ struct ctx {
 	const struct tq_lut *lut;
 	const struct seg *segs;
 	size_t nseg;
+	float rmargin;		/* block-mode range search: its margin */
 };
 
 struct worker {
@@ -260,6 +261,7 @@ struct worker {
 	uint8_t *codes;		/* dim unpacked codes, for refinement */
 	struct hit *hits;	/* range search candidates, growable */
 	size_t nhits, caphits;
+	int nomem;		/* a block-mode range scan ran out */
 	struct seg *segs;	/* a query's segments (probes of them) */
 };
 
@@ -635,27 +637,32 @@ add_hit(struct worker *w, float key, uint64_t id)
  * are then scored exactly (originals) or with float tables.
  */
 #define RANGE_Z 6.0
-static void
-range_one(struct worker *w, size_t i)
+/* The margin of query i for its tables t: see range_one. */
+static float
+range_margin(const struct ctx *c, const struct tq_lut *t, size_t i)
+{
+	return (float)(c->rsigma * sqrt((double)c->qn2[i]) +
+	    0.5 * (double)t->scale * (double)c->q->nfields);
+}
+
+/*
+ * Adds to w->hits the rows of segment sg's blocks [b0, b1) whose
+ * estimated key for query i (tables t) passes the loosened radius.
+ * Returns -1 when out of memory.
+ */
+static int
+range_collect(struct worker *w, const struct tq_lut *t, size_t i,
+    float margin_q, uint64_t b0, uint64_t b1, const struct seg *sg)
 {
 	const struct ctx *c = w->c;
 	const struct tq_index *ix = c->ix;
 	const struct tq_quantizer *q = c->q;
-	struct tq_lut *t = &w->lut[0];
-	struct rres *res = &c->rres[i];
 	int l2 = c->metric == TQ_METRIC_L2;
-	float qn2 = c->qn2[i], margin_q;
-	const struct seg *sg;
+	float qn2 = c->qn2[i];
 	uint64_t b;
-	size_t nb, e, kept = 0, nseg;
+	size_t nb;
 
-	tq_lut_build(q, c->rq + i * c->dim, t);
-	margin_q = (float)(c->rsigma * sqrt((double)qn2) +
-	    0.5 * (double)t->scale * (double)q->nfields);
-	w->nhits = 0;
-	nseg = query_segs(c, i, w->segs);
-	for (sg = w->segs; sg < w->segs + nseg; sg++)
-	for (b = sg->b0; (nb = next_run(c, &b, sg->b1)) > 0; b += nb) {
+	for (b = b0; (nb = next_run(c, &b, b1)) > 0; b += nb) {
 		c->scan(ix->codes + b * ix->block_bytes, nb, ix->block_bytes,
 		    q->nfields, q->field_bits, t->lut, w->acc);
 		for (size_t bi = 0; bi < nb; bi++) {
@@ -676,14 +683,27 @@ range_one(struct worker *w, size_t i)
 				m = (l2 ? 2.0f * m : m) +
 				    1e-4f * (fabsf(key[j]) + fabsf(qn2)) + 1e-6f;
 				if (key[j] + m >= c->rkey &&
-				    add_hit(w, key[j], row + j) != 0) {
-					res->nomem = 1;
-					return;
-				}
+				    add_hit(w, key[j], row + j) != 0)
+					return -1;
 			}
 		}
 	}
-	/* Exact (or float-table) scores of the candidates. */
+	return 0;
+}
+
+/*
+ * Scores the candidates in w->hits (rows) of query i exactly (or with
+ * float tables), keeps those within the radius, best first, one per id,
+ * at most rmax, into c->rres[i].
+ */
+static void
+range_finish(struct worker *w, size_t i)
+{
+	const struct ctx *c = w->c;
+	const struct tq_index *ix = c->ix;
+	struct rres *res = &c->rres[i];
+	size_t e, kept = 0;
+
 	for (e = 0; e < w->nhits; e++) {
 		uint64_t r = w->hits[e].id;
 		float key = ix->originals != TQ_ORIG_NONE ?
@@ -718,6 +738,28 @@ range_one(struct worker *w, size_t i)
 	}
 }
 
+/* Range search of query i of the chunk, in this worker alone. */
+static void
+range_one(struct worker *w, size_t i)
+{
+	const struct ctx *c = w->c;
+	struct tq_lut *t = &w->lut[0];
+	size_t nseg;
+	float margin_q;
+
+	tq_lut_build(c->q, c->rq + i * c->dim, t);
+	margin_q = range_margin(c, t, i);
+	w->nhits = 0;
+	nseg = query_segs(c, i, w->segs);
+	for (size_t e = 0; e < nseg; e++)
+		if (range_collect(w, t, i, margin_q, w->segs[e].b0,
+		    w->segs[e].b1, &w->segs[e]) != 0) {
+			c->rres[i].nomem = 1;
+			return;
+		}
+	range_finish(w, i);
+}
+
 static void *
 run(void *arg)
 {
@@ -725,7 +767,7 @@ run(void *arg)
 	const struct ctx *c = w->c;
 	size_t i;
 
-	if (c->range) {
+	if (c->range && !w->by_blocks) {
 		for (i = w->q0; i < w->q1; i++)
 			range_one(w, i);
 		return NULL;
@@ -735,13 +777,19 @@ run(void *arg)
 		uint64_t v = 0;
 
 		tq_topk_reset(&w->cand[0]);
+		w->nhits = 0;
+		w->nomem = 0;
 		for (size_t e = 0; e < c->nseg; e++) {
 			const struct seg *sg = &c->segs[e];
 			uint64_t len = sg->b1 - sg->b0;
 			uint64_t lo = w->b0 > v ? w->b0 : v;
 			uint64_t hi = w->b1 < v + len ? w->b1 : v + len;
 
-			if (lo < hi)
+			if (lo < hi && c->range)
+				w->nomem |= range_collect(w, c->lut, c->query,
+				    c->rmargin, sg->b0 + lo - v,
+				    sg->b0 + hi - v, sg) != 0;
+			else if (lo < hi)
 				scan_range(w, c->lut, c->query, sg->b0 + lo - v,
 				    sg->b0 + hi - v, sg, &w->cand[0]);
 			v += len;
@@ -1140,6 +1188,49 @@ tq_range_free(struct tq_range *r)
 	memset(r, 0, sizeof(*r));
 }
 
+/*
+ * Range search of query i alone: its segments' blocks split between the
+ * workers, their candidates gathered in worker 0 and scored there.
+ */
+static void
+range_split(struct ctx *c, struct scratch *s, size_t i)
+{
+	struct worker *w0 = &s->w[0];
+	uint64_t vb = 0;
+	unsigned n = s->nw, t;
+
+	tq_lut_build(c->q, c->rq + i * c->dim, &w0->lut[0]);
+	c->lut = &w0->lut[0];
+	c->rmargin = range_margin(c, &w0->lut[0], i);
+	c->query = i;
+	c->nseg = query_segs(c, i, s->segs);
+	c->segs = s->segs;
+	for (size_t e = 0; e < c->nseg; e++)
+		vb += s->segs[e].b1 - s->segs[e].b0;
+	if (vb < n)
+		n = vb > 0 ? (unsigned)vb : 1;
+	for (t = 0; t < n; t++) {
+		s->w[t].by_blocks = 1;
+		s->w[t].b0 = vb * t / n;
+		s->w[t].b1 = vb * (t + 1) / n;
+	}
+	run_all(s->w, n);
+	for (t = 0; t < n; t++) {
+		const struct worker *w = &s->w[t];
+
+		if (w->nomem) {
+			c->rres[i].nomem = 1;
+			return;
+		}
+		for (size_t e = 0; t > 0 && e < w->nhits; e++)
+			if (add_hit(w0, w->hits[e].key, w->hits[e].id) != 0) {
+				c->rres[i].nomem = 1;
+				return;
+			}
+	}
+	range_finish(w0, i);
+}
+
 enum tq_status
 tq_search_range(const struct tq_index *ix, const float *queries, size_t nq,
     const struct tq_search_params *p, float radius, size_t max,
@@ -1187,8 +1278,6 @@ tq_search_range(const struct tq_index *ix, const float *queries, size_t nq,
 	nw = p->threads ? p->threads : tq_ncpu();
 	if (nw > 1024)
 		nw = 1024;
-	if (nw > chunk)
-		nw = (unsigned)chunk;
 	st = scratch_alloc(&s, q, nw, chunk, 1, 1,
 	    q->metric == TQ_METRIC_COSINE, resolve_probes(ix, p));
 	if (st == TQ_OK && (rres = tq_callocarray(chunk, sizeof(*rres))) ==
@@ -1230,11 +1319,17 @@ tq_search_range(const struct tq_index *ix, const float *queries, size_t nq,
 		    TQ_OK)
 			break;
 		memset(rres, 0, m * sizeof(*rres));
-		for (t = 0; t < n; t++) {
-			s.w[t].q0 = m * t / n;
-			s.w[t].q1 = m * (t + 1) / n;
+		if (m >= nw) {
+			for (t = 0; t < n; t++) {
+				s.w[t].by_blocks = 0;
+				s.w[t].q0 = m * t / n;
+				s.w[t].q1 = m * (t + 1) / n;
+			}
+			run_all(s.w, n);
+		} else {
+			for (i = 0; i < m; i++)
+				range_split(&c, &s, i);
 		}
-		run_all(s.w, n);
 		for (i = 0; i < m && st == TQ_OK; i++) {
 			if (rres[i].nomem) {
 				st = tq_fail(TQ_ERR_NOMEM, "range search: out "
