@@ -342,7 +342,7 @@ tqfile_cases() {
 }
 
 @test "tq-build --append, --delete, --compact: a damaged index is named, not the corpus or output" {
-	local f
+	local f mode
 	echo 5 >gone.ids
 	for f in c.bin cut.tqi q.tq c-version-99.tqi qi-missing-cbok.tqi; do
 		run --separate-stderr "$TQ_BIN/tq-build" --append -o out.tqi $f c8.bin
