@@ -116,7 +116,8 @@ check-valgrind: all units
 FUZZ_NAMES  = fixture vecs npy idx zstd ids quantizer index codes
 FUZZ_REPLAY = $(FUZZ_NAMES:%=$(BUILD)/fuzz/replay_%)
 FUZZ_CC    ?= clang
-FUZZ_OPT   ?= -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined,fuzzer-no-link
+FUZZ_OPT   ?= -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined,fuzzer-no-link \
+              -fno-sanitize-recover=undefined
 FUZZ_TIME  ?= 60
 FUZZ_TARGET ?= index
 
@@ -142,10 +143,16 @@ fuzz-bins: $(FUZZ_NAMES:%=$(BUILD)/fuzz/fuzz_%)
 fuzz:
 	$(MAKE) BUILD=build-fuzz CC=$(FUZZ_CC) OPT="$(FUZZ_OPT)" fuzz-bins
 
+# A small ASan quarantine about doubles the rate of the reader targets (each
+# input allocates and frees a 1 MiB buffer); -print_final_stats=1 gives the
+# execution count (stat::number_of_executed_units) for the record.
 fuzz-run: fuzz
 	@mkdir -p build-fuzz/corpus/$(FUZZ_TARGET) build-fuzz/crash/$(FUZZ_TARGET)
-	nice -n 10 build-fuzz/fuzz/fuzz_$(FUZZ_TARGET) -max_total_time=$(FUZZ_TIME) \
-	    -rss_limit_mb=1024 -malloc_limit_mb=1024 \
+	ASAN_OPTIONS=$${ASAN_OPTIONS:-quarantine_size_mb=16} \
+	UBSAN_OPTIONS=$${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1} \
+	nice -n 19 build-fuzz/fuzz/fuzz_$(FUZZ_TARGET) -max_total_time=$(FUZZ_TIME) \
+	    -rss_limit_mb=2048 -malloc_limit_mb=1024 -timeout=10 \
+	    -print_final_stats=1 \
 	    -artifact_prefix=build-fuzz/crash/$(FUZZ_TARGET)/ \
 	    build-fuzz/corpus/$(FUZZ_TARGET) tests/fuzz/corpus/$(FUZZ_TARGET)
 

@@ -74,6 +74,9 @@ blame(enum tq_status st, const char *corpus, const char *ids, const char *out)
 	static const char *outputs[] = { "write", "truncate", "fsync", "close",
 	    "rename", "cannot create", "spool", "spill", "open",
 	    "index too large" };
+	/* The writer's refusals of the destination itself. */
+	static const char *dests[] = { "not a regular file",
+	    "cannot write a tq file" };
 	const char *d = tq_errdetail();
 	size_t i;
 
@@ -82,6 +85,10 @@ blame(enum tq_status st, const char *corpus, const char *ids, const char *out)
 	if (st == TQ_ERR_IO || st == TQ_ERR_OVERFLOW)
 		for (i = 0; i < sizeof(outputs) / sizeof(outputs[0]); i++)
 			if (strncmp(d, outputs[i], strlen(outputs[i])) == 0)
+				return out;
+	if (st == TQ_ERR_UNSUPPORTED)
+		for (i = 0; i < sizeof(dests) / sizeof(dests[0]); i++)
+			if (strncmp(d, dests[i], strlen(dests[i])) == 0)
 				return out;
 	return in_name(corpus);
 }
@@ -108,6 +115,7 @@ mutate(int mode, const char *delpath, const char *idspath,
     int verbose, int argc, char **argv)
 {
 	const char *ixpath = argv[0];
+	struct tq_index *ix;
 	enum tq_status st;
 	double t0 = now_seconds();
 	char what[64] = "";
@@ -122,6 +130,13 @@ mutate(int mode, const char *delpath, const char *idspath,
 	}
 	if (out == NULL)
 		out = ixpath;
+	/*
+	 * Open the index once first, so that damage to it is reported naming
+	 * it rather than the corpus or the output the library also handles.
+	 */
+	if ((st = tq_index_open(ixpath, &ix)) != TQ_OK)
+		die_status(st, ixpath);
+	tq_index_close(ix);
 	if (mode == OPT_DELETE) {
 		uint64_t *ids, deleted;
 		size_t n;
@@ -130,12 +145,14 @@ mutate(int mode, const char *delpath, const char *idspath,
 		st = tq_index_delete(ixpath, ids, n, out, &deleted);
 		free(ids);
 		if (st != TQ_OK)
-			die_status(st, ixpath);
+			die_status(st, st == TQ_ERR_CHECKSUM ? ixpath :
+			    blame(st, ixpath, NULL, out));
 		snprintf(what, sizeof(what), "%llu deleted, ",
 		    (unsigned long long)deleted);
 	} else if (mode == OPT_COMPACT) {
 		if ((st = tq_index_compact(ixpath, bp, out)) != TQ_OK)
-			die_status(st, ixpath);
+			die_status(st, st == TQ_ERR_CHECKSUM ? ixpath :
+			    blame(st, ixpath, NULL, out));
 	} else {
 		const char *corpus = argv[1];
 		struct tq_reader *r;

@@ -16,6 +16,13 @@
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
+/*
+ * TQ_TEST_QUICK=1 (for valgrind, where the QR of a dense 784-dimensional
+ * rotation alone takes over a minute): the same code paths at smaller
+ * sizes.
+ */
+static int quick;
+
 static uint64_t
 rnd(void)
 {
@@ -337,7 +344,7 @@ test_lut(void)
 	for (bits = 1; bits <= 4; bits++)
 	for (di = 0; di < sizeof(dims) / sizeof(dims[0]); di++) {
 		uint32_t dim = dims[di], d, f;
-		struct tq_quantizer *q = fit(dim, bits, TQ_METRIC_IP);
+		struct tq_quantizer *q;
 		struct tq_lut t;
 		float *rq;
 		uint8_t *codes;
@@ -345,6 +352,10 @@ test_lut(void)
 		uint8_t *ref;
 		float rscale, rbias;
 
+		/* Quick: 100 has several fields and padding already. */
+		if (quick && dim > 100)
+			continue;
+		q = fit(dim, bits, TQ_METRIC_IP);
 		CHECK(q != NULL);
 		if (q == NULL)
 			continue;
@@ -858,10 +869,19 @@ test_search(void)
 			for (di = 0; di < 3; di++)
 				test_search_one(dims[di], bits, metrics[mi],
 				    di == 1 ? TQ_ORIG_F16 : TQ_ORIG_F32,
-				    di == 0 ? 100 : 1000);
-	/* Large blocks: the scan of a query tile goes in several slices. */
-	test_search_one(784, 4, TQ_METRIC_L2, TQ_ORIG_F32, 1000);
-	test_search_one(784, 3, TQ_METRIC_IP, TQ_ORIG_F16, 1000);
+				    di == 0 ? 100 : quick ? 300 : 1000);
+	/*
+	 * Large blocks: the scan of a query tile goes in several slices, the
+	 * codes being more than a slice of 256 KiB (20 blocks at 784 x 4
+	 * bits, 27 at 3 bits; quick: 64 and 85 blocks at dim 256).
+	 */
+	if (quick) {
+		test_search_one(256, 4, TQ_METRIC_L2, TQ_ORIG_F32, 2200);
+		test_search_one(256, 3, TQ_METRIC_IP, TQ_ORIG_F16, 2800);
+	} else {
+		test_search_one(784, 4, TQ_METRIC_L2, TQ_ORIG_F32, 1000);
+		test_search_one(784, 3, TQ_METRIC_IP, TQ_ORIG_F16, 1000);
+	}
 	test_search_one(5, 4, TQ_METRIC_L2, TQ_ORIG_F32, 3);
 	test_search_one(16, 2, TQ_METRIC_COSINE, TQ_ORIG_F32, 33);
 	test_search_errors();
@@ -1022,8 +1042,9 @@ static void
 test_exact(void)
 {
 	test_exact_one(7, 300, 10, 1);
+	/* The corpus in chunks of 4096 rows: two, then three (quick: two). */
 	test_exact_one(33, 5000, 10, 0);
-	test_exact_one(20, 9000, 25, 1);
+	test_exact_one(20, quick ? 4200 : 9000, 25, 1);
 	test_exact_one(3, 4, 10, 0);
 	test_exact_one(4, 0, 3, 0);
 }
@@ -1031,6 +1052,9 @@ test_exact(void)
 int
 main(void)
 {
+	const char *e = getenv("TQ_TEST_QUICK");
+
+	quick = e != NULL && strcmp(e, "1") == 0;
 	if (getenv("TQ_TEST_VERBOSE"))
 		fprintf(stderr, "kernel %s, cpu: %s\n", tq_kernel_name(),
 		    tq_cpu_features());

@@ -1,0 +1,568 @@
+#!/usr/bin/env bats
+# The DIAGNOSTICS sections of the man pages, message by message.
+#
+# A page lists each message as a list item '.It "TEXT"' under DIAGNOSTICS,
+# words in capitals (FILE, N, NAME, ...) standing for the values of the
+# actual message.  One test per program provokes every message its page
+# lists, checks the exact line printed (status 1, or 2 and the usage for a
+# usage error) and that it reads as the item, and at the end that no item
+# of the page was left without a case.
+
+load helpers
+
+MAL="$BATS_TEST_DIRNAME/../malformed"
+
+setup_file() {
+	local F=$BATS_FILE_TMPDIR
+	cd "$F"
+	mkfix c.bin 16 300 1 --clusters 4
+	mkfix c8.bin 8 50 2
+	mkfix nan.bin 16 40 3 --nan 17
+	"$TQ_BIN/tq-fit" -i c.bin -o q.tq
+	"$TQ_BIN/tq-fit" -i c.bin --lists 4 -o ivf.tq
+	"$TQ_BIN/tq-build" -q q.tq -o i.tqi c.bin
+	"$TQ_BIN/tq-build" -q q.tq --originals none -o noorig.tqi c.bin
+	"$TQ_BIN/tq-encode" -q q.tq -i c.bin -o x.codes
+
+	# Bad vector files, one per reader message.
+	: >empty.bin
+	printf '\x10\x00\x00\x00\x00\x00\x00\x00' >zero.bin
+	printf 'hello\n' >hdr.bin
+	printf 'hello world!\n' >unrec.bin
+	head -c 500 c.bin >short.bin
+	"$PY" - <<'EOF'
+import struct
+row = struct.pack('<i', 16) + struct.pack('<16f', *range(16))
+open('dims.fvecs', 'wb').write(row + struct.pack('<i', 3) + bytes(64))
+open('part.fvecs', 'wb').write(row + bytes(5))
+# One row, for an index whose ids do not fit in int32.
+open('one.bin', 'wb').write(struct.pack('<II', 16, 1) + struct.pack('<16f', *range(16)))
+EOF
+	cp "$MAL/vec/big-endian.npy" be.npy
+	zstd -q -o c.bin.zst c.bin
+	head -c 200 c.bin.zst >cut.zst
+
+	# Ids.
+	seq 1 5 >few.ids
+	printf '1\nx\n' >bad.ids
+	echo 99999999999999999999 >ovf.ids
+	printf '12345' >s.u64
+	seq 0 299 >all.ids
+	"$PY" -c 'print("\n".join(str(2**31 + i) for i in range(300)))' >big.ids
+	"$TQ_BIN/tq-build" -q q.tq --ids big.ids -o big.tqi c.bin
+
+	# Damaged tq files.
+	head -c 3000 i.tqi >cut.tqi
+	"$PY" "$MAL/make-index-cases" i.tqi q.tq cases >/dev/null
+	for c in c-version-99 s-header-hash s-table-hash c-code-offset-past-end \
+	    c-fact-overlaps-code qi-missing-cbok s-payload-code; do
+		cp cases/$c $c.tqi
+	done
+
+	# Code streams.
+	local rec=$(( ($(stat -c %s x.codes) - 48) / 300 ))
+	head -c $((48 + 10 * rec)) x.codes >ten.codes
+	cp x.codes trail.codes
+	printf 'abc' >>trail.codes
+	"$PY" -c 'import sys; d = bytearray(open("x.codes", "rb").read()); d[8] = 2; open("v.codes", "wb").write(d)'
+	"$TQ_BIN/tq-fit" -i c.bin -s 7 -o q7.tq
+	"$TQ_BIN/tq-fit" -i c.bin -b 2 -o q2.tq
+
+	# Comparisons.
+	tq mkivecs t1.ivecs '0 1 2'
+	tq mkivecs t2.ivecs '0 1 2;3 4 5'
+}
+
+setup() {
+	cd "$BATS_FILE_TMPDIR"
+	SEEN=()
+}
+
+# The items under DIAGNOSTICS in man/PROG.1, as plain text.
+diag_items() {
+	awk '/^\.Sh / { on = ($0 == ".Sh DIAGNOSTICS") } on && /^\.It "/' \
+	    "$TOP/man/$1.1" |
+	    sed -e 's/^\.It "//' -e 's/"$//' -e 's/\\-/-/g' -e "s/\\\\(aq/'/g"
+}
+
+# The glob an item stands for: each placeholder matches anything.
+diag_glob() {
+	printf '%s' "$1" | sed -e 's/[][*?\\]/\\&/g' \
+	    -e 's/\b\(FILE\|ARG\|NAME\|LIST\|MODE\|OPTION\|KIND\|TAG\|ERROR\|LO\|HI\|[A-Z]\)\b/*/g'
+}
+
+# diag PROG STATUS 'ITEM' 'TEXT': the last run failed with STATUS (2: a
+# usage error, followed by the usage), its one-line message is "PROG: TEXT"
+# (TEXT is a glob; most are plain text) and reads as ITEM, which man/PROG.1
+# lists under DIAGNOSTICS.
+diag() {
+	local prog=$1 st=$2 item=$3 text=$4 line glob
+	if [ "$st" = 2 ]; then
+		assert_usage_error "$prog" || return 1
+	else
+		assert_fail1 "$prog" || return 1
+	fi
+	line=${stderr_lines[0]#"$prog: "}
+	# shellcheck disable=SC2053
+	if [[ $line != $text ]]; then
+		printf 'expected: %s\n     got: %s\n' "$text" "$line" >&2
+		return 1
+	fi
+	glob=$(diag_glob "$item")
+	# shellcheck disable=SC2053
+	if [[ $line != $glob ]]; then
+		printf "'%s' does not read as '%s'\n" "$line" "$item" >&2
+		return 1
+	fi
+	if ! diag_items "$prog" | grep -qxF -- "$item"; then
+		echo "'$item' is not under DIAGNOSTICS in $prog.1" >&2
+		return 1
+	fi
+	SEEN+=("$item")
+}
+
+# expect STATUS 'ITEM' 'TEXT' PROG ARG...: runs the program and checks
+# its message with diag.
+expect() {
+	local st=$1 item=$2 text=$3 prog=$4
+	shift 4
+	run --separate-stderr "$TQ_BIN/$prog" "$@"
+	diag "$prog" "$st" "$item" "$text"
+}
+
+# Every item under DIAGNOSTICS in man/PROG.1 had a case in this test.
+all_seen() {
+	local prog=$1 item s found missing=0 n=0
+	while IFS= read -r item; do
+		n=$((n + 1))
+		found=0
+		for s in "${SEEN[@]}"; do
+			[ "$s" = "$item" ] && { found=1; break; }
+		done
+		if [ $found = 0 ]; then
+			echo "$prog.1 lists '$item' but no case produced it" >&2
+			missing=1
+		fi
+	done < <(diag_items "$prog")
+	assert_ge $n 5
+	[ $missing = 0 ]
+}
+
+# with FILE PROG ARG...: the arguments with {} replaced by FILE.
+with_file() {
+	local file=$1 a
+	shift
+	ARGS=()
+	for a in "$@"; do
+		if [ "$a" = "{}" ]; then ARGS+=("$file"); else ARGS+=("$a"); fi
+	done
+}
+
+# reader_cases PROG ARG...: the vector readers' messages, for a program
+# whose arguments take the bad file in place of {}.
+reader_cases() {
+	local prog=$1
+	shift
+	with_file missing.bin "$@"
+	expect 1 'FILE: open: No such file or directory' \
+	    'missing.bin: open: No such file or directory' "$prog" "${ARGS[@]}"
+	with_file empty.bin "$@"
+	expect 1 'FILE: no vectors (empty input)' \
+	    'empty.bin: no vectors (empty input)' "$prog" "${ARGS[@]}"
+	with_file zero.bin "$@"
+	expect 1 'FILE: no vectors' 'zero.bin: no vectors' "$prog" "${ARGS[@]}"
+	with_file hdr.bin "$@"
+	expect 1 'FILE: truncated header (N bytes)' \
+	    'hdr.bin: truncated header (6 bytes)' "$prog" "${ARGS[@]}"
+	with_file unrec.bin "$@"
+	expect 1 'FILE: not a vector file (unrecognised header)' \
+	    'unrec.bin: not a vector file (unrecognised header)' "$prog" "${ARGS[@]}"
+	with_file short.bin "$@"
+	expect 1 'FILE: header claims N rows of dim D (B bytes) but the file holds M bytes' \
+	    'short.bin: header claims 300 rows of dim 16 (19208 bytes) but the file holds 500 bytes' \
+	    "$prog" "${ARGS[@]}"
+	with_file part.fvecs "$@"
+	expect 1 'FILE: file size N is not a multiple of the row size S (KIND, dim D)' \
+	    'part.fvecs: file size 73 is not a multiple of the row size 68 (fvecs, dim 16)' \
+	    "$prog" "${ARGS[@]}"
+	with_file dims.fvecs "$@"
+	expect 1 'FILE: row R has dimension D, expected E (KIND)' \
+	    'dims.fvecs: row 1 has dimension 3, expected 16 (fvecs)' \
+	    "$prog" "${ARGS[@]}"
+	with_file nan.bin "$@"
+	expect 1 'FILE: row R, column C: value is NaN or infinite' \
+	    'nan.bin: row 17, column 0: value is NaN or infinite' \
+	    "$prog" "${ARGS[@]}"
+	with_file be.npy "$@"
+	expect 1 "FILE: npy dtype 'NAME' is not supported (expected <f4, <f8, <i4 or |u1)" \
+	    "be.npy: npy dtype '>f4' is not supported (expected <f4, <f8, <i4 or |u1)" \
+	    "$prog" "${ARGS[@]}"
+	with_file cut.zst "$@"
+	expect 1 'FILE: truncated zstd stream' 'cut.zst: truncated zstd stream' \
+	    "$prog" "${ARGS[@]}"
+}
+
+# tqfile_cases PROG ARG...: the messages about a damaged tq file (index or
+# quantizer) given in place of {}.
+tqfile_cases() {
+	local prog=$1 size version
+	shift
+	size=$(stat -c %s i.tqi)
+	version=$(od -An -tu4 -j8 -N4 i.tqi | tr -d ' ')
+	with_file c.bin "$@"
+	expect 1 'FILE: not a tq file (bad magic)' \
+	    'c.bin: not a tq file (bad magic)' "$prog" "${ARGS[@]}"
+	with_file empty.bin "$@"
+	expect 1 'FILE: empty file' 'empty.bin: empty file' "$prog" "${ARGS[@]}"
+	with_file cut.tqi "$@"
+	expect 1 'FILE: truncated or extended: header says N bytes, file has M' \
+	    "cut.tqi: truncated or extended: header says $size bytes, file has 3000" \
+	    "$prog" "${ARGS[@]}"
+	with_file c-version-99.tqi "$@"
+	expect 1 'FILE: format version V is newer than this program (W)' \
+	    "c-version-99.tqi: format version 99 is newer than this program ($version)" \
+	    "$prog" "${ARGS[@]}"
+	with_file s-header-hash.tqi "$@"
+	expect 1 'FILE: header checksum mismatch' \
+	    's-header-hash.tqi: header checksum mismatch' "$prog" "${ARGS[@]}"
+	with_file s-table-hash.tqi "$@"
+	expect 1 'FILE: section table checksum mismatch' \
+	    's-table-hash.tqi: section table checksum mismatch' "$prog" "${ARGS[@]}"
+	with_file c-code-offset-past-end.tqi "$@"
+	expect 1 'FILE: section TAG: offset O length L out of bounds (file S bytes)' \
+	    "c-code-offset-past-end.tqi: section CODE: offset * length * out of bounds (file $size bytes)" \
+	    "$prog" "${ARGS[@]}"
+	with_file c-fact-overlaps-code.tqi "$@"
+	expect 1 'FILE: sections TAG and TAG overlap' \
+	    'c-fact-overlaps-code.tqi: sections CODE and FACT overlap' \
+	    "$prog" "${ARGS[@]}"
+	with_file qi-missing-cbok.tqi "$@"
+	expect 1 'FILE: missing section TAG' \
+	    'qi-missing-cbok.tqi: missing section CBOK' "$prog" "${ARGS[@]}"
+}
+
+@test "tq-fit: every message under DIAGNOSTICS" {
+	reader_cases tq-fit -i {} -o out.tq
+	expect 1 'FILE: dimension mismatch' 'c8.bin: dimension mismatch' \
+	    tq-fit -i c8.bin -d 16 -o out.tq
+	expect 1 'FILE: cannot create a temporary file beside it: ERROR' \
+	    'no/dir/q.tq: cannot create a temporary file beside it: No such file or directory' \
+	    tq-fit -d 16 -o no/dir/q.tq
+
+	expect 2 '-d or -i is required' '-d or -i is required' tq-fit -o out.tq
+	expect 2 '-o is required' '-o is required' tq-fit -d 8
+	expect 2 "NAME 'ARG' is not a number" "dim 'abc' is not a number" \
+	    tq-fit -d abc -o out.tq
+	expect 2 "NAME 'ARG' out of range LO..HI" "bits '5' out of range 1..4" \
+	    tq-fit -b 5 -d 8 -o out.tq
+	expect 2 "metric 'NAME' is not one of l2, ip, cosine" \
+	    "metric 'hamming' is not one of l2, ip, cosine" \
+	    tq-fit -m hamming -d 8 -o out.tq
+	expect 2 "rotation 'NAME' is not one of auto, dense, structured" \
+	    "rotation 'sparse' is not one of auto, dense, structured" \
+	    tq-fit --rotation sparse -d 8 -o out.tq
+	expect 2 "unexpected argument 'ARG'" "unexpected argument 'extra'" \
+	    tq-fit -d 8 -o out.tq extra
+	expect 2 '--lists needs -i corpus to fit them' \
+	    '--lists needs -i corpus to fit them' tq-fit -d 8 --lists 2 -o out.tq
+	expect 1 'FILE: N lists need at least N sample rows; the data gave M' \
+	    'c.bin: 400 lists need at least 400 sample rows; the data gave 300' \
+	    tq-fit -i c.bin --lists 400 -o out.tq
+	all_seen tq-fit
+	[ ! -e out.tq ]
+}
+
+@test "tq-build: every message under DIAGNOSTICS" {
+	reader_cases tq-build -q q.tq -o out.tqi {}
+	expect 1 'FILE: dimension D does not match the quantizer (E)' \
+	    'c8.bin: dimension 8 does not match the quantizer (16)' \
+	    tq-build -q q.tq -o out.tqi c8.bin
+	cp i.tqi a.tqi
+	expect 1 'FILE: dimension D does not match the index (E)' \
+	    'c8.bin: dimension 8 does not match the index (16)' \
+	    tq-build --append a.tqi c8.bin
+	cmp a.tqi i.tqi
+
+	expect 1 'FILE: N ids for R rows' 'few.ids: 5 ids for 300 rows' \
+	    tq-build --ids few.ids -q q.tq -o out.tqi c.bin
+	expect 1 'FILE: line L: not an unsigned integer' \
+	    'bad.ids: line 2: not an unsigned integer' \
+	    tq-build --ids bad.ids -q q.tq -o out.tqi c.bin
+	expect 1 'FILE: line L: value does not fit in 64 bits' \
+	    'ovf.ids: line 1: value does not fit in 64 bits' \
+	    tq-build --delete ovf.ids -o out.tqi i.tqi
+	expect 1 'FILE: file size N is not a multiple of 8 (u64 ids)' \
+	    's.u64: file size 5 is not a multiple of 8 (u64 ids)' \
+	    tq-build --ids s.u64 -q q.tq -o out.tqi c.bin
+
+	tqfile_cases tq-build -q {} -o out.tqi c.bin
+	expect 1 'FILE: a quantizer file, not an index' \
+	    'q.tq: a quantizer file, not an index' tq-build --append q.tq c.bin
+	expect 1 'FILE: section TAG: checksum X, expected Y' \
+	    's-payload-code.tqi: section CODE: checksum *, expected *' \
+	    tq-build --compact -o out.tqi s-payload-code.tqi
+	expect 1 'FILE: would delete every vector' \
+	    'i.tqi: would delete every vector' \
+	    tq-build --delete all.ids -o out.tqi i.tqi
+
+	expect 1 'FILE: cannot create a temporary file beside it: ERROR' \
+	    'no/dir/x.tqi: cannot create a temporary file beside it: No such file or directory' \
+	    tq-build -q q.tq -o no/dir/x.tqi c.bin
+	expect 1 'FILE: not a regular file: a tq file is written beside its destination and renamed over it' \
+	    '/dev/null: not a regular file: a tq file is written beside its destination and renamed over it' \
+	    tq-build -q q.tq -o /dev/null c.bin
+	expect 1 'FILE: cannot write a tq file to standard output' \
+	    '-: cannot write a tq file to standard output' \
+	    tq-build -q q.tq -o - c.bin
+
+	expect 2 '-o is required' '-o is required' tq-build c.bin
+	expect 2 'missing corpus' 'missing corpus' tq-build -o out.tqi
+	expect 2 'missing index' 'missing index' tq-build --compact
+	expect 2 "unexpected argument 'ARG'" "unexpected argument 'extra'" \
+	    tq-build -o out.tqi c.bin extra
+	expect 2 "NAME 'ARG' is not a number" "bits 'x' is not a number" \
+	    tq-build -b x -o out.tqi c.bin
+	expect 2 "NAME 'ARG' out of range LO..HI" \
+	    "threads '2000' out of range 0..1024" \
+	    tq-build --threads 2000 -o out.tqi c.bin
+	expect 2 "metric 'NAME' is not one of l2, ip, cosine" \
+	    "metric 'hamming' is not one of l2, ip, cosine" \
+	    tq-build -m hamming -o out.tqi c.bin
+	expect 2 "originals 'NAME' is not one of f32, f16, none" \
+	    "originals 'f64' is not one of f32, f16, none" \
+	    tq-build --originals f64 -o out.tqi c.bin
+	expect 2 '-q cannot be used with -b, -m, -s, --no-centre or --lists' \
+	    '-q cannot be used with -b, -m, -s, --no-centre or --lists' \
+	    tq-build -q q.tq -b 2 -o out.tqi c.bin
+	expect 2 'only one of --append, --delete and --compact' \
+	    'only one of --append, --delete and --compact' \
+	    tq-build --append --compact a.tqi
+	expect 2 "--MODE keeps the index's quantizer, originals and copies: no -q, -b, -m, -s, --no-centre, --lists, --originals, --dups or --dup-ratio" \
+	    "--compact keeps the index's quantizer, originals and copies: no -q, -b, -m, -s, --no-centre, --lists, --originals, --dups or --dup-ratio" \
+	    tq-build --compact -q q.tq a.tqi
+	expect 2 '--shard goes with a new build, not --append, --delete or --compact' \
+	    '--shard goes with a new build, not --append, --delete or --compact' \
+	    tq-build --compact --shard 0/2 a.tqi
+	expect 2 '--shard needs -q: every shard must use the same quantizer' \
+	    '--shard needs -q: every shard must use the same quantizer' \
+	    tq-build --shard 0/2 -o out.tqi c.bin
+	expect 2 "shard 'ARG' is not i/n" "shard '3' is not i/n" \
+	    tq-build -q q.tq --shard 3 -o out.tqi c.bin
+	run --separate-stderr "$TQ_BIN/tq-build" --lists 4 -o out.tqi - <c.bin
+	diag tq-build 1 'FILE: --lists needs a corpus file, not standard input (or a quantizer fitted by tq-fit, with -q)' \
+	    '-: --lists needs a corpus file, not standard input (or a quantizer fitted by tq-fit, with -q)'
+	expect 1 'FILE: --dups needs a quantizer with lists (tq-fit --lists)' \
+	    'q.tq: --dups needs a quantizer with lists (tq-fit --lists)' \
+	    tq-build -q q.tq --dups 2 -o out.tqi c.bin
+	expect 1 'FILE: --dups N is more than the L lists' \
+	    'ivf.tq: --dups 5 is more than the 4 lists' \
+	    tq-build -q ivf.tq --dups 5 -o out.tqi c.bin
+	expect 1 'FILE: --shard needs a row count known in advance (an uncompressed file or HDF5, not a pipe or zstd)' \
+	    'c.bin.zst: --shard needs a row count known in advance (an uncompressed file or HDF5, not a pipe or zstd)' \
+	    tq-build -q q.tq --shard 0/2 -o out.tqi c.bin.zst
+	expect 1 'FILE: shard I/N is empty: R rows for N shards' \
+	    'c.bin: shard 0/500 is empty: 300 rows for 500 shards' \
+	    tq-build -q q.tq --shard 0/500 -o out.tqi c.bin
+	expect 2 '--ids goes with --append' '--ids goes with --append' \
+	    tq-build --delete few.ids --ids few.ids a.tqi
+	all_seen tq-build
+	cmp a.tqi i.tqi
+	[ ! -e out.tqi ]
+}
+
+@test "tq-build --append, --delete, --compact: a damaged index is named, not the corpus or output" {
+	local f mode
+	echo 5 >gone.ids
+	for f in c.bin cut.tqi q.tq c-version-99.tqi qi-missing-cbok.tqi; do
+		run --separate-stderr "$TQ_BIN/tq-build" --append -o out.tqi $f c8.bin
+		assert_fail1 tq-build "$f: "
+		run --separate-stderr "$TQ_BIN/tq-build" --delete gone.ids -o out.tqi $f
+		assert_fail1 tq-build "$f: "
+		run --separate-stderr "$TQ_BIN/tq-build" --compact -o out.tqi $f
+		assert_fail1 tq-build "$f: "
+	done
+	# And an output that cannot be written is named, not the index.
+	for mode in --compact "--delete gone.ids" "--append"; do
+		# shellcheck disable=SC2086
+		run --separate-stderr "$TQ_BIN/tq-build" $mode -o /dev/null i.tqi \
+		    $([ "$mode" = --append ] && echo c.bin)
+		assert_fail1 tq-build "/dev/null: not a regular file"
+	done
+	[ ! -e out.tqi ]
+}
+
+@test "tq-encode: every message under DIAGNOSTICS" {
+	reader_cases tq-encode -q q.tq -i {} -o out.codes
+	expect 1 'FILE: dimension D does not match the quantizer (E)' \
+	    'c8.bin: dimension 8 does not match the quantizer (16)' \
+	    tq-encode -q q.tq -i c8.bin -o out.codes
+
+	expect 1 'FILE: not a tq code stream (bad magic)' \
+	    'c.bin: not a tq code stream (bad magic)' \
+	    tq-encode --decode -q q.tq -i c.bin -o out.bin
+	expect 1 'FILE: code stream version V is not supported' \
+	    'v.codes: code stream version 2 is not supported' \
+	    tq-encode --decode -q q.tq -i v.codes -o out.bin
+	expect 1 'FILE: code stream: made by another quantizer (fingerprint differs)' \
+	    'x.codes: code stream: made by another quantizer (fingerprint differs)' \
+	    tq-encode --decode -q q7.tq -i x.codes -o out.bin
+	expect 1 'FILE: code stream: dim D, B bits, metric M; the quantizer has dim D, B bits, metric M' \
+	    'x.codes: code stream: dim 16, 4 bits, metric *; the quantizer has dim 16, 2 bits, metric *' \
+	    tq-encode --decode -q q2.tq -i x.codes -o out.bin
+	expect 1 'FILE: truncated code stream' 'ten.codes: truncated code stream' \
+	    tq-encode --decode -q q.tq -i ten.codes -o out.bin
+	expect 1 'FILE: data after the last of N records' \
+	    'trail.codes: data after the last of 300 records' \
+	    tq-encode --decode -q q.tq -i trail.codes -o out.bin
+
+	tqfile_cases tq-encode -q {} -i c.bin -o out.codes
+
+	expect 2 '-q is required' '-q is required' tq-encode -i c.bin
+	expect 2 "format 'NAME' is not one of fixture, fvecs" \
+	    "format 'npy' is not one of fixture, fvecs" \
+	    tq-encode --decode -q q.tq --format npy
+	expect 2 '--format needs --decode' '--format needs --decode' \
+	    tq-encode -q q.tq --format fvecs
+	expect 2 '--dataset does not apply to --decode' \
+	    '--dataset does not apply to --decode' \
+	    tq-encode --decode -q q.tq --dataset test
+	expect 2 "unexpected argument 'ARG'" "unexpected argument 'extra'" \
+	    tq-encode -q q.tq extra
+	all_seen tq-encode
+	[ ! -e out.codes ] && [ ! -e out.bin ]
+}
+
+@test "tq-inspect: every message under DIAGNOSTICS" {
+	expect 1 'FILE: open: No such file or directory' \
+	    'missing.tqi: open: No such file or directory' tq-inspect missing.tqi
+	expect 1 'FILE: not a regular file' '.: not a regular file' tq-inspect .
+	tqfile_cases tq-inspect {}
+	expect 1 'FILE: section TAG: checksum X, expected Y' \
+	    's-payload-code.tqi: section CODE: checksum *, expected *' \
+	    tq-inspect --verify s-payload-code.tqi
+
+	expect 2 'missing file' 'missing file' tq-inspect
+	expect 2 "unexpected argument 'ARG'" "unexpected argument 'q.tq'" \
+	    tq-inspect i.tqi q.tq
+	expect 2 '--cpu takes no other option or file' \
+	    '--cpu takes no other option or file' tq-inspect --cpu q.tq
+	all_seen tq-inspect
+}
+
+@test "tq-search: every message under DIAGNOSTICS" {
+	reader_cases tq-search -i {} -o out.tsv i.tqi
+	expect 1 'FILE: dimension D does not match the index (E)' \
+	    'c8.bin: dimension 8 does not match the index (16)' \
+	    tq-search -i c8.bin -o out.tsv i.tqi
+
+	tqfile_cases tq-search -i c.bin -o out.tsv {}
+	expect 1 'FILE: a quantizer file, not an index' \
+	    'q.tq: a quantizer file, not an index' tq-search -i c.bin -o out.tsv q.tq
+	expect 1 'FILE: k (K) exceeds the N vectors in the index' \
+	    'i.tqi: k (301) exceeds the 300 vectors in the index' \
+	    tq-search -k 301 -i c.bin -o out.tsv i.tqi
+	expect 1 'FILE: --oversample needs originals, and the index has none' \
+	    'noorig.tqi: --oversample needs originals, and the index has none' \
+	    tq-search --oversample 2 -i c.bin -o out.tsv noorig.tqi
+
+	expect 1 'FILE: line L: not an unsigned integer' \
+	    'bad.ids: line 2: not an unsigned integer' \
+	    tq-search --allow bad.ids -i c.bin -o out.tsv i.tqi
+	expect 1 'FILE: line L: value does not fit in 64 bits' \
+	    'ovf.ids: line 1: value does not fit in 64 bits' \
+	    tq-search --allow ovf.ids -i c.bin -o out.tsv i.tqi
+	expect 1 'FILE: file size N is not a multiple of 8 (u64 ids)' \
+	    's.u64: file size 5 is not a multiple of 8 (u64 ids)' \
+	    tq-search --allow s.u64 -i c.bin -o out.tsv i.tqi
+
+	expect 1 'FILE: id N does not fit in ivecs (int32)' \
+	    'out.ivecs: id 214748[3-9]??? does not fit in ivecs (int32)' \
+	    tq-search -k 1 --format ivecs -i one.bin -o out.ivecs big.tqi
+
+	expect 2 'missing index' 'missing index' tq-search
+	expect 2 "unexpected argument 'ARG'" "unexpected argument 'q.tq'" \
+	    tq-search i.tqi q.tq
+	expect 2 "NAME 'ARG' is not a number" "k 'abc' is not a number" \
+	    tq-search -k abc i.tqi
+	expect 2 "NAME 'ARG' out of range LO..HI" \
+	    "k '0' out of range 1..1000000" tq-search -k 0 i.tqi
+	expect 2 "format 'NAME' is not one of tsv, json, ivecs" \
+	    "format 'xml' is not one of tsv, json, ivecs" \
+	    tq-search --format xml i.tqi
+	all_seen tq-search
+	[ ! -e out.tsv ] && [ ! -e out.ivecs ]
+}
+
+@test "tq-recall: every message under DIAGNOSTICS" {
+	local long
+	reader_cases tq-recall --truth -k 1 -o out.ivecs c.bin {}
+	expect 1 'FILE: dimension D does not match the corpus (E)' \
+	    'c.bin: dimension 16 does not match the corpus (8)' \
+	    tq-recall --truth -k 4 -o out.ivecs c8.bin c.bin
+	expect 1 'FILE: k (K) exceeds the N vectors in the corpus' \
+	    'c.bin: k (301) exceeds the 300 vectors in the corpus' \
+	    tq-recall --truth -k 301 -o out.ivecs c.bin c.bin
+
+	expect 1 'FILE: KIND input holds floats, not integers' \
+	    'c.bin: fixture input holds floats, not integers' \
+	    tq-recall c.bin t2.ivecs
+	expect 1 'FILE: N rows but FILE has M' 't1.ivecs: 1 rows but t2.ivecs has 2' \
+	    tq-recall t1.ivecs t2.ivecs
+
+	expect 2 '-o is required with --truth' '-o is required with --truth' \
+	    tq-recall --truth c.bin c.bin
+	expect 2 'missing corpus or queries' 'missing corpus or queries' \
+	    tq-recall --truth -o out.ivecs c.bin
+	expect 2 'missing results or truth' 'missing results or truth' \
+	    tq-recall t1.ivecs
+	expect 2 "unexpected argument 'ARG'" "unexpected argument 'c.bin'" \
+	    tq-recall t1.ivecs t2.ivecs c.bin
+	expect 2 "NAME 'ARG' is not a number" "k 'x' is not a number" \
+	    tq-recall --truth -k x -o out.ivecs c.bin c.bin
+	expect 2 "NAME 'ARG' out of range LO..HI" "k '0' out of range 1..1000000" \
+	    tq-recall --truth -k 0 -o out.ivecs c.bin c.bin
+	expect 2 "metric 'NAME' is not one of l2, ip, cosine" \
+	    "metric 'hamming' is not one of l2, ip, cosine" \
+	    tq-recall --truth -m hamming -o out.ivecs c.bin c.bin
+	expect 2 'more than N oversample values' 'more than 16 oversample values' \
+	    tq-recall --oversample 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17 \
+	    --corpus c.bin --queries c.bin
+	long=$(printf '1,%.0s' $(seq 200))1
+	expect 2 "oversample list 'LIST' too long" "oversample list '$long' too long" \
+	    tq-recall --oversample "$long" --corpus c.bin --queries c.bin
+	expect 2 'OPTION does not apply to MODE' '-k does not apply to a comparison' \
+	    tq-recall -k 3 t1.ivecs t2.ivecs
+	expect 2 '--hdf5 cannot be used with --corpus or --queries' \
+	    '--hdf5 cannot be used with --corpus or --queries' \
+	    tq-recall --hdf5 x.h5 --corpus c.bin --queries c.bin
+	expect 2 '--corpus and --queries go together' \
+	    '--corpus and --queries go together' tq-recall --corpus c.bin
+	expect 2 'more than N probes values' 'more than 16 probes values' \
+	    tq-recall --probes 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17 \
+	    --lists 4 --corpus c.bin --queries c.bin
+	expect 2 "probes list 'LIST' too long" "probes list '$long' too long" \
+	    tq-recall --probes "$long" --lists 4 --corpus c.bin --queries c.bin
+	expect 2 '--probes needs --lists' '--probes needs --lists' \
+	    tq-recall --probes 2 --corpus c.bin --queries c.bin
+	expect 2 "--sweep takes probes=LIST or oversample=LIST, not 'ARG'" \
+	    "--sweep takes probes=LIST or oversample=LIST, not 'k=1'" \
+	    tq-recall --sweep k=1 --corpus c.bin --queries c.bin
+	all_seen tq-recall
+	[ ! -e out.ivecs ]
+}
+
+@test "diag_glob: placeholders match values, the rest matches itself" {
+	local g
+	g=$(diag_glob "FILE: k (K) exceeds the N vectors in the index")
+	[[ "a.tqi: k (11) exceeds the 10 vectors in the index" == $g ]]
+	[[ "a.tqi: k (11) exceeds 10 vectors in the index" != $g ]]
+	g=$(diag_glob "NAME 'ARG' out of range LO..HI")
+	[[ "k '0' out of range 1..1000000" == $g ]]
+	[[ "k 0 out of range 1..1000000" != $g ]]
+	g=$(diag_glob "FILE: row R, column C: value is NaN or infinite")
+	[[ "x: row 1, column 0: value is NaN or infinite" == $g ]]
+	[[ "x: row 1, column 0: value is nan or infinite" != $g ]]
+	g=$(diag_glob "not in [-1, 1]?")
+	[[ "not in [-1, 1]?" == $g ]]
+	[[ "not in -1?" != $g ]]
+}
