@@ -66,7 +66,15 @@ tq_ivf_nearest(const struct tq_ivf *v, uint32_t dim, const float *x,
     float *scores)
 {
 	uint32_t nl = v->nlist, *cand = NULL;
-	size_t rb = n < NEAR_ROWS ? n : NEAR_ROWS;
+	/* At most NEAR_ROWS rows, and about 64 MiB of scores, at a time. */
+	size_t rb = ((size_t)16 << 20) / nl;
+
+	if (rb > NEAR_ROWS)
+		rb = NEAR_ROWS;
+	if (rb < 1)
+		rb = 1;
+	if (rb > n)
+		rb = n;
 	float *s = NULL;
 	struct tq_topk h;
 	double u = 0x1p-24, gamma = (double)dim * u / (1.0 - (double)dim * u);

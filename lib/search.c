@@ -1004,6 +1004,18 @@ resolve_probes(const struct tq_index *ix, const struct tq_search_params *p)
 	return pr > nl ? nl : pr;
 }
 
+/*
+ * Queries per chunk, cut so that their probe lists (chunk * probes u32)
+ * stay within about 64 MiB; probes <= TQ_MAX_LISTS = 2^24 leaves >= 1.
+ */
+static size_t
+probe_chunk(size_t chunk, uint32_t probes)
+{
+	size_t most = probes > 0 ? ((size_t)16 << 20) / probes : chunk;
+
+	return chunk < most ? chunk : most;
+}
+
 /* Searches one prepared chunk of m queries with up to nw workers. */
 static void
 search_chunk(struct ctx *c, struct scratch *s, size_t m)
@@ -1120,6 +1132,8 @@ tq_search(const struct tq_index *ix, const float *queries, size_t nq,
 		chunk = 1;
 	if (chunk > nq)
 		chunk = nq;
+	probes = resolve_probes(ix, p);
+	chunk = probe_chunk(chunk, probes);
 	nw = p->threads ? p->threads : tq_ncpu();
 	if (nw > 1024)
 		nw = 1024;
@@ -1127,7 +1141,6 @@ tq_search(const struct tq_index *ix, const float *queries, size_t nq,
 		nw = (unsigned)(nq > ix->nblocks ? nq :
 		    ix->nblocks > 0 ? ix->nblocks : 1);
 	cosine = q->metric == TQ_METRIC_COSINE;
-	probes = resolve_probes(ix, p);
 
 	st = scratch_alloc(&s, q, nw, chunk, kc, kf, cosine, probes);
 	if (st != TQ_OK) {
@@ -1275,6 +1288,7 @@ tq_search_range(const struct tq_index *ix, const float *queries, size_t nq,
 		chunk = 1;
 	if (chunk > nq)
 		chunk = nq;
+	chunk = probe_chunk(chunk, resolve_probes(ix, p));
 	nw = p->threads ? p->threads : tq_ncpu();
 	if (nw > 1024)
 		nw = 1024;
