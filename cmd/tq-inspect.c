@@ -47,6 +47,9 @@ print_text(const struct tq_file_info *fi, int verified)
 		printf("vectors %llu\n", (unsigned long long)fi->count);
 		if (fi->live < fi->count)
 			printf("live %llu\n", (unsigned long long)fi->live);
+		if (fi->dups > 1)
+			printf("copies %u lists within ratio %g\n",
+			    (unsigned)fi->dups, (double)fi->dup_ratio);
 		printf("originals %s\n", originals_name(fi->originals));
 		printf("bytes/vector %.1f\n", fi->bytes_per_vector);
 		printf("originals bytes/vector %.1f\n",
@@ -90,6 +93,9 @@ print_json(const char *path, const struct tq_file_info *fi, int verified)
 		    fi->original_bytes_per_vector);
 	if (fi->kind == TQ_FILE_INDEX && fi->live < fi->count)
 		printf(",\"live\":%llu", (unsigned long long)fi->live);
+	if (fi->kind == TQ_FILE_INDEX && fi->dups > 1)
+		printf(",\"copies\":%u,\"copy_ratio\":%g", (unsigned)fi->dups,
+		    (double)fi->dup_ratio);
 	printf(",\"nsections\":%u,\"sections\":[", fi->nsections);
 	for (i = 0; i < ns; i++) {
 		printf("%s{\"tag\":", i ? "," : "");

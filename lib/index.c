@@ -1015,6 +1015,8 @@ tq_file_info(const char *path, struct tq_file_info *out)
 	describe_quantizer(ix->q, out);
 	out->count = ix->n;
 	out->live = ix->live;
+	out->dups = ix->dups > 1 ? ix->dups : 1;
+	out->dup_ratio = ix->dups > 1 ? ix->dup_ratio : 0.0f;
 	out->originals = ix->originals;
 	out->bytes_per_vector = ((double)ix->nblocks *
 	    ((double)ix->block_bytes + TQ_BLOCK * TQ_NFACTORS * 4.0)) /

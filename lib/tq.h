@@ -555,6 +555,9 @@ struct tq_file_info {
 	int scale_search;
 	/* index (zero for a quantizer file) */
 	uint32_t lists;			/* coarse lists, 0 = none (flat) */
+	uint32_t dups;			/* IVF index: most lists a vector was
+					   copied to (1: none copied) */
+	float dup_ratio;		/* ... and the distance ratio */
 	uint64_t count;
 	uint64_t live;			/* rows not deleted */
 	enum tq_originals originals;

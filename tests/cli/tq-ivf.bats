@@ -123,6 +123,7 @@ setup() {
 	"$TQ_BIN/tq-build" -q "$F/ivf.tqq" --dups 3 --dup-ratio 1000000 -o d.tqi "$F/c.bin"
 	run --separate-stderr "$TQ_BIN/tq-inspect" d.tqi
 	[[ "$output" == *$'\nvectors 6000\n'* ]]
+	[[ "$output" == *$'\ncopies 3 lists within ratio 1e+06\n'* ]]
 	"$TQ_BIN/tq-search" -k 10 --probes 12 -i "$F/q.bin" d.tqi >d.tsv
 	"$TQ_BIN/tq-search" -k 10 -i "$F/q.bin" "$F/flat.tqi" >flat.tsv
 	cmp d.tsv flat.tsv
