@@ -182,3 +182,12 @@ print([s["offset"] for s in d["sections"] if s["tag"] == "LIST"][0])')
 		cmp $isa.tqi "$F/ivf.tqi"
 	done
 }
+
+@test "tq-fit --lists and tq-build give the same bytes whatever the BLAS threads" {
+	for t in 1 2; do
+		OPENBLAS_NUM_THREADS=$t "$TQ_BIN/tq-fit" -i "$F/c.bin" --lists 12 -o b$t.tqq
+		OPENBLAS_NUM_THREADS=$t "$TQ_BIN/tq-build" -q "$F/ivf.tqq" --threads $t -o b$t.tqi "$F/c.bin"
+		cmp b$t.tqq "$F/ivf.tqq"
+		cmp b$t.tqi "$F/ivf.tqi"
+	done
+}
