@@ -1005,6 +1005,39 @@ resolve_probes(const struct tq_index *ix, const struct tq_search_params *p)
 }
 
 /*
+ * Query i alone: its tables built in worker 0, c pointed at them and at
+ * the query's segments, whose blocks are split between the workers, which
+ * then run (k-NN into their candidate heaps, range search into their
+ * hits).  Returns the number of workers that ran.
+ */
+static unsigned
+run_split(struct ctx *c, struct scratch *s, size_t i)
+{
+	struct worker *w0 = &s->w[0];
+	uint64_t vb = 0;
+	unsigned n = s->nw, t;
+
+	tq_lut_build(c->q, c->rq + i * c->dim, &w0->lut[0]);
+	c->query = i;
+	c->lut = &w0->lut[0];
+	if (c->range)
+		c->rmargin = range_margin(c, &w0->lut[0], i);
+	c->nseg = query_segs(c, i, s->segs);
+	c->segs = s->segs;
+	for (size_t e = 0; e < c->nseg; e++)
+		vb += s->segs[e].b1 - s->segs[e].b0;
+	if (vb < n)
+		n = vb > 0 ? (unsigned)vb : 1;
+	for (t = 0; t < n; t++) {
+		s->w[t].by_blocks = 1;
+		s->w[t].b0 = vb * t / n;
+		s->w[t].b1 = vb * (t + 1) / n;
+	}
+	run_all(s->w, n);
+	return n;
+}
+
+/*
  * Queries per chunk, cut so that their probe lists (chunk * probes u32)
  * stay within about 64 MiB; probes <= TQ_MAX_LISTS = 2^24 leaves >= 1.
  */
@@ -1037,24 +1070,8 @@ search_chunk(struct ctx *c, struct scratch *s, size_t m)
 	/* Few queries: split each query's blocks, merge the heaps. */
 	for (i = 0; i < m; i++) {
 		struct worker *w0 = &s->w[0];
-		uint64_t vb = 0;
-		unsigned n = s->nw;
+		unsigned n = run_split(c, s, i);
 
-		tq_lut_build(c->q, c->rq + i * c->dim, &w0->lut[0]);
-		c->query = i;
-		c->lut = &w0->lut[0];
-		c->nseg = query_segs(c, i, s->segs);
-		c->segs = s->segs;
-		for (size_t e = 0; e < c->nseg; e++)
-			vb += s->segs[e].b1 - s->segs[e].b0;
-		if (vb < n)
-			n = vb > 0 ? (unsigned)vb : 1;
-		for (t = 0; t < n; t++) {
-			s->w[t].by_blocks = 1;
-			s->w[t].b0 = vb * t / n;
-			s->w[t].b1 = vb * (t + 1) / n;
-		}
-		run_all(s->w, n);
 		for (t = 1; t < n; t++) {
 			const struct tq_topk *h = &s->w[t].cand[0];
 			uint32_t e;
@@ -1209,25 +1226,8 @@ static void
 range_split(struct ctx *c, struct scratch *s, size_t i)
 {
 	struct worker *w0 = &s->w[0];
-	uint64_t vb = 0;
-	unsigned n = s->nw, t;
+	unsigned n = run_split(c, s, i), t;
 
-	tq_lut_build(c->q, c->rq + i * c->dim, &w0->lut[0]);
-	c->lut = &w0->lut[0];
-	c->rmargin = range_margin(c, &w0->lut[0], i);
-	c->query = i;
-	c->nseg = query_segs(c, i, s->segs);
-	c->segs = s->segs;
-	for (size_t e = 0; e < c->nseg; e++)
-		vb += s->segs[e].b1 - s->segs[e].b0;
-	if (vb < n)
-		n = vb > 0 ? (unsigned)vb : 1;
-	for (t = 0; t < n; t++) {
-		s->w[t].by_blocks = 1;
-		s->w[t].b0 = vb * t / n;
-		s->w[t].b1 = vb * (t + 1) / n;
-	}
-	run_all(s->w, n);
 	for (t = 0; t < n; t++) {
 		const struct worker *w = &s->w[t];
 
