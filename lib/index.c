@@ -52,29 +52,56 @@ struct source {
 	uint32_t dim;
 };
 
+/*
+ * Whole writes and reads of a temporary file ("spool" or "spill" in the
+ * message), retried on EINTR and short counts.
+ */
 static enum tq_status
-source_read(struct source *src, float *buf, size_t max, size_t *got)
+write_all(int fd, const char *what, const uint8_t *p, size_t n, uint64_t off)
 {
-	size_t want, rowbytes = (size_t)src->dim * sizeof(float);
-	uint8_t *p = (uint8_t *)buf;
-	size_t left;
+	while (n > 0) {
+		ssize_t k = pwrite(fd, p, n, (off_t)off);
 
-	if (src->fd < 0)
-		return tq_reader_read(src->r, buf, max, got);
-	want = src->n - src->next < max ? (size_t)(src->n - src->next) : max;
-	left = want * rowbytes;
-	while (left > 0) {
-		ssize_t k = pread(src->fd, p, left,
-		    (off_t)((src->next * rowbytes) + (size_t)(p - (uint8_t *)buf)));
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0)
+			return tq_fail(TQ_ERR_IO, "%s write: %s", what,
+			    strerror(errno));
+		p += k;
+		n -= (size_t)k;
+		off += (uint64_t)k;
+	}
+	return TQ_OK;
+}
+
+static enum tq_status
+read_all(int fd, const char *what, uint8_t *p, size_t n, uint64_t off)
+{
+	while (n > 0) {
+		ssize_t k = pread(fd, p, n, (off_t)off);
 
 		if (k < 0 && errno == EINTR)
 			continue;
 		if (k <= 0)
-			return tq_fail(TQ_ERR_IO, "spool read: %s",
+			return tq_fail(TQ_ERR_IO, "%s read: %s", what,
 			    k < 0 ? strerror(errno) : "unexpected end");
 		p += k;
-		left -= (size_t)k;
+		n -= (size_t)k;
+		off += (uint64_t)k;
 	}
+	return TQ_OK;
+}
+
+static enum tq_status
+source_read(struct source *src, float *buf, size_t max, size_t *got)
+{
+	size_t want, rowbytes = (size_t)src->dim * sizeof(float);
+
+	if (src->fd < 0)
+		return tq_reader_read(src->r, buf, max, got);
+	want = src->n - src->next < max ? (size_t)(src->n - src->next) : max;
+	TQ_TRY(read_all(src->fd, "spool", (uint8_t *)buf, want * rowbytes,
+	    src->next * rowbytes));
 	src->next += want;
 	*got = want;
 	return TQ_OK;
@@ -95,25 +122,12 @@ source_spool(struct source *src, const char *path, float *buf, size_t chunk)
 	free(tmp);
 	src->n = 0;
 	for (;;) {
-		const uint8_t *p = (const uint8_t *)buf;
-		size_t left;
-
 		TQ_TRY(tq_reader_read(src->r, buf, chunk, &got));
 		if (got == 0)
 			break;
-		left = got * rowbytes;
-		while (left > 0) {
-			ssize_t k = pwrite(src->fd, p, left, (off_t)off);
-
-			if (k < 0 && errno == EINTR)
-				continue;
-			if (k < 0)
-				return tq_fail(TQ_ERR_IO, "spool write: %s",
-				    strerror(errno));
-			p += k;
-			off += (uint64_t)k;
-			left -= (size_t)k;
-		}
+		TQ_TRY(write_all(src->fd, "spool", (const uint8_t *)buf,
+		    got * rowbytes, off));
+		off += (uint64_t)got * rowbytes;
 		src->n += got;
 	}
 	return TQ_OK;
@@ -491,42 +505,6 @@ orig_bytes(const struct build *b)
 	    b->p->originals == TQ_ORIG_F16 ? 2 * (size_t)b->q->dim : 0;
 }
 
-static enum tq_status
-write_all(int fd, const uint8_t *p, size_t n, uint64_t off)
-{
-	while (n > 0) {
-		ssize_t k = pwrite(fd, p, n, (off_t)off);
-
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k < 0)
-			return tq_fail(TQ_ERR_IO, "spill write: %s",
-			    strerror(errno));
-		p += k;
-		n -= (size_t)k;
-		off += (uint64_t)k;
-	}
-	return TQ_OK;
-}
-
-static enum tq_status
-read_all(int fd, uint8_t *p, size_t n, uint64_t off)
-{
-	while (n > 0) {
-		ssize_t k = pread(fd, p, n, (off_t)off);
-
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			return tq_fail(TQ_ERR_IO, "spill read: %s",
-			    k < 0 ? strerror(errno) : "unexpected end");
-		p += k;
-		n -= (size_t)k;
-		off += (uint64_t)k;
-	}
-	return TQ_OK;
-}
-
 /*
  * A spill record: u32 list, packed codes, the factors (host floats),
  * the id (8 bytes, little-endian) and the stored originals.
@@ -561,7 +539,8 @@ spill_rows(struct build *b, size_t rows)
 		if (b->lab[e] == UINT32_MAX)
 			continue;
 		if (b->slen + b->rec > b->scap) {
-			TQ_TRY(write_all(b->sfd, b->sbuf, b->slen, b->soff));
+			TQ_TRY(write_all(b->sfd, "spill", b->sbuf, b->slen,
+			    b->soff));
 			b->soff += b->slen;
 			b->slen = 0;
 		}
@@ -636,7 +615,8 @@ ivf_emit(struct build *b, const char *path)
 	/* Copies in more lists make the row count known only now. */
 	TQ_TRY(open_output(b, path, n));
 	if (b->slen > 0) {
-		TQ_TRY(write_all(b->sfd, b->sbuf, b->slen, b->soff));
+		TQ_TRY(write_all(b->sfd, "spill", b->sbuf, b->slen,
+		    b->soff));
 		b->soff += b->slen;
 		b->slen = 0;
 	}
@@ -674,7 +654,7 @@ ivf_emit(struct build *b, const char *path)
 			size_t len = b->soff - so < rbytes ?
 			    (size_t)(b->soff - so) : rbytes;
 
-			if ((st = read_all(b->sfd, rbuf, len, so)) != TQ_OK)
+			if ((st = read_all(b->sfd, "spill", rbuf, len, so)) != TQ_OK)
 				goto done;
 			for (size_t e = 0; e < len; e += b->rec) {
 				uint32_t l = rd_le32(rbuf + e);
