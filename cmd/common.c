@@ -287,6 +287,18 @@ parse_metric(const char *s)
 	return m;
 }
 
+enum result_format
+parse_result_format(const char *s)
+{
+	if (strcmp(s, "tsv") == 0)
+		return FMT_TSV;
+	if (strcmp(s, "json") == 0)
+		return FMT_JSON;
+	if (strcmp(s, "ivecs") != 0)
+		usage_error("format '%s' is not one of tsv, json, ivecs", s);
+	return FMT_IVECS;
+}
+
 enum tq_rotation
 parse_rotation(const char *s)
 {

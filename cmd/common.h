@@ -59,6 +59,9 @@ float parse_float(const char *s, float lo, float hi, const char *what);
 /* Metric and rotation names; usage error if unknown. */
 enum tq_metric parse_metric(const char *s);
 enum tq_rotation parse_rotation(const char *s);
+/* The result formats of tq-search and tq-merge (--format). */
+enum result_format { FMT_TSV, FMT_JSON, FMT_IVECS };
+enum result_format parse_result_format(const char *s);
 const char *rotation_name(enum tq_rotation r);
 const char *originals_name(enum tq_originals o);
 

@@ -32,7 +32,6 @@ static const struct option longopts[] = {
 	{ NULL,		0,			NULL, 0 }
 };
 
-enum format { FMT_TSV, FMT_JSON, FMT_IVECS };
 
 struct hit {
 	float score;
@@ -389,7 +388,7 @@ check_order(const struct input *in, uint64_t q)
 }
 
 static void
-write_query(struct out *o, enum format fmt, uint64_t q, const struct hit *h,
+write_query(struct out *o, enum result_format fmt, uint64_t q, const struct hit *h,
     size_t k, uint8_t *buf)
 {
 	size_t j;
@@ -461,7 +460,7 @@ metric_of(const char *path)
 int
 main(int argc, char *argv[])
 {
-	enum format fmt = FMT_TSV;
+	enum result_format fmt = FMT_TSV;
 	enum tq_metric metric = TQ_METRIC_L2;
 	const char *outpath = "-", *qpath = NULL;
 	struct out o;
@@ -494,15 +493,7 @@ main(int argc, char *argv[])
 		case 'V':
 			print_version();
 		case OPT_FORMAT:
-			if (strcmp(optarg, "tsv") == 0)
-				fmt = FMT_TSV;
-			else if (strcmp(optarg, "json") == 0)
-				fmt = FMT_JSON;
-			else if (strcmp(optarg, "ivecs") == 0)
-				fmt = FMT_IVECS;
-			else
-				usage_error("format '%s' is not one of tsv, json, "
-				    "ivecs", optarg);
+			fmt = parse_result_format(optarg);
 			break;
 		default:
 			usage_exit();

@@ -29,7 +29,6 @@ static const struct option longopts[] = {
 	{ NULL,		0,			NULL, 0 }
 };
 
-enum format { FMT_TSV, FMT_JSON, FMT_IVECS };
 
 /*
  * Queries per call of tq_search() by default: enough to keep the threads
@@ -46,7 +45,7 @@ enum format { FMT_TSV, FMT_JSON, FMT_IVECS };
  * filtered search: left out of tsv and json, -1 in ivecs).
  */
 static void
-write_results(struct out *o, enum format fmt, uint64_t q0, size_t nq,
+write_results(struct out *o, enum result_format fmt, uint64_t q0, size_t nq,
     const size_t *off, const size_t *cnt, const size_t *len,
     const uint64_t *ids, const float *scores, uint8_t **buf, size_t *bufcap)
 {
@@ -123,7 +122,7 @@ main(int argc, char *argv[])
 	struct out o;
 	const char *in = "-", *outpath = "-", *dataset = "test", *ixpath;
 	const char *allowpath = NULL;
-	enum format fmt = FMT_TSV;
+	enum result_format fmt = FMT_TSV;
 	enum tq_status st;
 	uint64_t nq = 0, avail;
 	uint32_t dim;
@@ -169,15 +168,7 @@ main(int argc, char *argv[])
 			dataset = optarg;
 			break;
 		case OPT_FORMAT:
-			if (strcmp(optarg, "tsv") == 0)
-				fmt = FMT_TSV;
-			else if (strcmp(optarg, "json") == 0)
-				fmt = FMT_JSON;
-			else if (strcmp(optarg, "ivecs") == 0)
-				fmt = FMT_IVECS;
-			else
-				usage_error("format '%s' is not one of tsv, json, "
-				    "ivecs", optarg);
+			fmt = parse_result_format(optarg);
 			break;
 		case OPT_OVERSAMPLE:
 			sp.oversample = parse_float(optarg, 1, 1000,
