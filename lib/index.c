@@ -692,6 +692,23 @@ done:
 	return st;
 }
 
+/*
+ * The end of a build or an append with status rc: the output committed
+ * (renamed into place) or abandoned, the spool closed, the buffers freed.
+ */
+static enum tq_status
+build_end(struct build *b, struct source *src, enum tq_status rc)
+{
+	if (rc == TQ_OK)
+		rc = tq_fw_commit(b->fw);	/* frees fw either way */
+	else
+		tq_fw_abort(b->fw);
+	if (src->fd >= 0)
+		close(src->fd);
+	build_free(b);
+	return rc;
+}
+
 static enum tq_status
 build_run(struct build *b, struct source *src, const char *path)
 {
@@ -759,14 +776,7 @@ tq_build(const struct tq_quantizer *q, struct tq_reader *corpus,
 	b.ids = ids;
 	if ((rc = build_alloc(&b)) == TQ_OK)
 		rc = build_run(&b, &src, path);
-	if (rc == TQ_OK)
-		rc = tq_fw_commit(b.fw);	/* frees fw either way */
-	else
-		tq_fw_abort(b.fw);
-	if (src.fd >= 0)
-		close(src.fd);
-	build_free(&b);
-	return rc;
+	return build_end(&b, &src, rc);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1344,13 +1354,7 @@ tq_index_append(const char *path, struct tq_reader *corpus,
 	b.ids = corpus != NULL ? ids : NULL;
 	if ((rc = build_alloc(&b)) == TQ_OK)
 		rc = append_run(&b, ix, &src, out);
-	if (rc == TQ_OK)
-		rc = tq_fw_commit(b.fw);	/* frees fw either way */
-	else
-		tq_fw_abort(b.fw);
-	if (src.fd >= 0)
-		close(src.fd);
-	build_free(&b);
+	rc = build_end(&b, &src, rc);
 	tq_index_close(ix);
 	return rc;
 }
