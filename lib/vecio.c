@@ -4,8 +4,9 @@
  * writers.  HDF5 lives in vecio_hdf5.c.
  *
  * Every input is read through a byte source (struct src): a file
- * descriptor, a buffer of BUF_SIZE bytes with room for the largest possible
- * row, and optionally a zstd decompressor in between.  Formats are detected
+ * descriptor, a buffer of at most BUF_SIZE bytes with room for the largest
+ * possible row (a small regular file gets a buffer of about its size, grown
+ * on demand), and optionally a zstd decompressor in between.  Formats are detected
  * by peeking at the first bytes, so pipes work as well as files.  Nothing
  * is ever allocated from a size a header claims: the buffer is fixed, and
  * headers are checked against the file size when the input is a regular
@@ -34,6 +35,7 @@
 
 /* The byte source buffer; it must hold the largest row (8-byte values). */
 #define BUF_SIZE ((size_t)1 << 20)
+#define BUF_MIN ((size_t)4096)
 _Static_assert(BUF_SIZE >= 8u * TQ_MAX_DIM + 4u, "the buffer holds a row");
 
 /* Longest .npy header dictionary accepted (NumPy writes < 200 bytes). */
@@ -58,10 +60,12 @@ struct src {
 	int regular;		/* plain regular file: `size` is exact */
 	uint64_t size;		/* bytes from the start position to the end */
 	uint8_t *buf;
+	size_t cap;		/* bytes at buf, BUF_MIN .. BUF_SIZE */
 	size_t pos, len;	/* unread bytes are buf[pos .. len) */
 	int eof;
 	ZSTD_DStream *zd;	/* non-NULL: buf holds decompressed bytes */
 	uint8_t *zbuf;		/* compressed input */
+	size_t zcap;		/* bytes at zbuf */
 	ZSTD_inBuffer zin;
 	int zeof;
 	size_t zlast;		/* last ZSTD_decompressStream result */
@@ -102,7 +106,15 @@ src_open(struct src *s, const char *path)
 			s->size = (uint64_t)(sb.st_size - off);
 		}
 	}
-	s->buf = malloc(BUF_SIZE);
+	/*
+	 * A regular file smaller than the full buffer gets a page-rounded
+	 * buffer one byte larger than itself, so the read that meets the end
+	 * needs no growth; src_fill grows it if more is ever wanted.
+	 */
+	s->cap = BUF_SIZE;
+	if (s->regular && s->size < BUF_SIZE - BUF_MIN)
+		s->cap = (size_t)(s->size + BUF_MIN) & ~(BUF_MIN - 1);
+	s->buf = malloc(s->cap);
 	if (s->buf == NULL)
 		return tq_fail(TQ_ERR_NOMEM, "out of memory");
 	return TQ_OK;
@@ -144,7 +156,7 @@ zstd_read(struct src *s, uint8_t *dst, size_t cap, size_t *got)
 		size_t before, ret;
 
 		if (s->zin.pos == s->zin.size && !s->zeof) {
-			TQ_TRY(raw_read(s->fd, s->zbuf, BUF_SIZE, &k));
+			TQ_TRY(raw_read(s->fd, s->zbuf, s->zcap, &k));
 			s->zin.src = s->zbuf;
 			s->zin.size = k;
 			s->zin.pos = 0;
@@ -189,13 +201,24 @@ src_fill(struct src *s, size_t need)
 		s->len -= s->pos;
 		s->pos = 0;
 	}
+	if (need > s->cap && !s->eof) {
+		size_t cap = s->cap;
+		uint8_t *nb;
+
+		while (cap < need)
+			cap = cap > BUF_SIZE / 2 ? BUF_SIZE : 2 * cap;
+		if ((nb = realloc(s->buf, cap)) == NULL)
+			return tq_fail(TQ_ERR_NOMEM, "out of memory");
+		s->buf = nb;
+		s->cap = cap;
+	}
 	while (s->len < need && !s->eof) {
 		if (s->zd != NULL)
-			TQ_TRY(zstd_read(s, s->buf + s->len, BUF_SIZE - s->len,
+			TQ_TRY(zstd_read(s, s->buf + s->len, s->cap - s->len,
 			    &got));
 		else
 			TQ_TRY(raw_read(s->fd, s->buf + s->len,
-			    BUF_SIZE - s->len, &got));
+			    s->cap - s->len, &got));
 		if (got == 0)
 			s->eof = 1;
 		s->len += got;
@@ -244,12 +267,14 @@ src_start_zstd(struct src *s)
 	 */
 	ZSTD_DCtx_setParameter(s->zd, ZSTD_d_windowLogMax, 27);
 	s->zbuf = s->buf;
+	s->zcap = s->cap;
 	s->zin.src = s->zbuf;
 	s->zin.size = s->len;
 	s->zin.pos = s->pos;
 	s->zeof = s->eof;
 	s->zlast = 1;		/* no frame seen complete yet */
 	s->buf = nb;
+	s->cap = BUF_SIZE;
 	s->pos = s->len = 0;
 	s->eof = 0;
 	s->regular = 0;
