@@ -57,7 +57,7 @@ $(BUILD)/lib/vecio.o $(BUILD)/lib/vecio_hdf5.o: lib/vecio_impl.h
 
 # Each instruction-set kernel is compiled with its own flags; the rest of
 # the build stays baseline x86-64.
-$(BUILD)/lib/kern/scan_avx2.o $(BUILD)/lib/kern/dot_avx2.o: ALL_CFLAGS += -mavx2 -mfma -mbmi2
+$(BUILD)/lib/kern/scan_avx2.o $(BUILD)/lib/kern/dot_avx2.o: ALL_CFLAGS += -mavx2 -mfma -mbmi2 -mf16c
 $(BUILD)/lib/kern/scan_avx512.o $(BUILD)/lib/kern/dot_avx512.o: ALL_CFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512vbmi -mavx512vnni -mbmi2
 $(BUILD)/lib/kern/dispatch.o: ALL_CFLAGS += $(if $(wildcard lib/kern/scan_avx2.c),-DTQ_HAVE_AVX2) $(if $(wildcard lib/kern/scan_avx512.c),-DTQ_HAVE_AVX512)
 

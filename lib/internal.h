@@ -545,6 +545,18 @@ float tq_dot_reduce16(const float *lanes);
 /* The dot kernel of the chosen instruction set. */
 tq_dot_fn tq_dot_kernel(void);
 
+/*
+ * Half-precision rows to float: dst[i] = the binary16 value of the
+ * little-endian src[2i .. 2i + 1], exactly (every binary16 value is a
+ * float).  Kernels agree bit for bit except in the payload of a NaN.
+ */
+typedef void (*tq_f16_fn)(const uint8_t *src, size_t n, float *dst);
+void tq_f16_portable(const uint8_t *src, size_t n, float *dst);
+void tq_f16_avx2(const uint8_t *src, size_t n, float *dst);
+void tq_f16_avx512(const uint8_t *src, size_t n, float *dst);
+/* The f16 kernel of the chosen instruction set. */
+tq_f16_fn tq_f16_kernel(void);
+
 /* A bounded top-k heap of (key, id): higher key better, ties smaller id. */
 struct tq_topk {
 	uint32_t k, len;

@@ -37,7 +37,8 @@ enum {
 	F_AVX512BW = 1u << 6,
 	F_AVX512VL = 1u << 7,
 	F_AVX512VBMI = 1u << 8,
-	F_AVX512VNNI = 1u << 9
+	F_AVX512VNNI = 1u << 9,
+	F_F16C = 1u << 10
 };
 
 static const struct {
@@ -48,6 +49,7 @@ static const struct {
 	{ F_AVX, "avx" },
 	{ F_AVX2, "avx2" },
 	{ F_FMA, "fma" },
+	{ F_F16C, "f16c" },
 	{ F_BMI2, "bmi2" },
 	{ F_AVX512F, "avx512f" },
 	{ F_AVX512BW, "avx512bw" },
@@ -65,23 +67,24 @@ static const struct {
 	const char *name;
 	tq_scan_fn fn;
 	tq_dot_fn dot;
+	tq_f16_fn f16;
 	unsigned need;
 } kernels[] = {
 	{ "avx512",
 #ifdef TQ_HAVE_AVX512
-	    tq_scan_avx512, tq_dot_avx512,
+	    tq_scan_avx512, tq_dot_avx512, tq_f16_avx512,
 #else
-	    NULL, NULL,
+	    NULL, NULL, NULL,
 #endif
 	    F_AVX512F | F_AVX512BW | F_AVX512VL | F_AVX512VBMI | F_AVX512VNNI |
 	    F_BMI2 },
 	{ "avx2",
 #ifdef TQ_HAVE_AVX2
-	    tq_scan_avx2, tq_dot_avx2,
+	    tq_scan_avx2, tq_dot_avx2, tq_f16_avx2,
 #else
-	    NULL, NULL,
+	    NULL, NULL, NULL,
 #endif
-	    F_AVX2 | F_FMA | F_BMI2 },
+	    F_AVX2 | F_FMA | F_BMI2 | F_F16C },
 	/* The baseline: x86-64 always has SSE2. */
 	{ "scalar", tq_scan_scalar,
 #if defined(__SSE2__)
@@ -89,7 +92,7 @@ static const struct {
 #else
 	    tq_dot_portable,
 #endif
-	    0 },
+	    tq_f16_portable, 0 },
 };
 #define NKERNELS (sizeof(kernels) / sizeof(kernels[0]))
 
@@ -132,6 +135,8 @@ detect(void)
 		have |= F_AVX;
 	if (ymm && (c & (1u << 12)))
 		have |= F_FMA;
+	if (ymm && (c & (1u << 29)))
+		have |= F_F16C;
 	if (max >= 7) {
 		__get_cpuid_count(7, 0, &a, &b, &c, &d);
 		if (b & (1u << 8))
@@ -203,6 +208,13 @@ tq_dot_kernel(void)
 {
 	pthread_once(&once, init);
 	return kernels[chosen].dot;
+}
+
+tq_f16_fn
+tq_f16_kernel(void)
+{
+	pthread_once(&once, init);
+	return kernels[chosen].f16;
 }
 
 const char *

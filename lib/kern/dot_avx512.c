@@ -105,3 +105,15 @@ tq_dot_avx512(const float *x, size_t ldx, size_t n, const float *a,
 			    y + i * ldy + o, ldy);
 	}
 }
+
+/* f16 rows: vcvtph2ps is exact. */
+void
+tq_f16_avx512(const uint8_t *src, size_t n, float *dst)
+{
+	size_t i = 0;
+
+	for (; i + 16 <= n; i += 16)
+		_mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256(
+		    (const __m256i *)(const void *)(src + 2 * i))));
+	tq_f16_portable(src + 2 * i, n - i, dst + i);
+}

@@ -119,3 +119,10 @@ tq_dot_sse2(const float *x, size_t ldx, size_t n, const float *a,
 	}
 }
 #endif
+
+void
+tq_f16_portable(const uint8_t *src, size_t n, float *dst)
+{
+	for (size_t i = 0; i < n; i++)
+		dst[i] = tq_f16_to_f32(rd_le16(src + 2 * i));
+}

@@ -267,6 +267,74 @@ test_dot(void)
 	free(a);
 }
 
+/*
+ * The f16 kernels against the portable one on all 65536 values, at
+ * lengths that leave every tail (a NaN need only stay a NaN: hardware
+ * quietens a signalling one), and the portable one against hand values.
+ */
+static void
+test_f16(void)
+{
+	const struct {
+		const char *name;
+		tq_f16_fn fn;
+		int run;
+	} fk[] = {
+		{ "avx2", tq_f16_avx2, runnable[0] &&
+		    __builtin_cpu_supports("f16c") },
+		{ "avx512", tq_f16_avx512, runnable[1] },
+	};
+	static const struct { uint16_t h; float f; } hand[] = {
+		{ 0x0000, 0.0f }, { 0x3c00, 1.0f }, { 0xc000, -2.0f },
+		{ 0x7bff, 65504.0f }, { 0x0001, 5.9604644775390625e-8f },
+		{ 0x03ff, 6.0975551605224609e-5f }, { 0x0400, 6.103515625e-5f },
+		{ 0x3555, 0.333251953125f },
+	};
+	uint8_t *src = malloc(2 * 65536 + 2);
+	float *want = malloc(65537 * sizeof(float));
+	float *got = malloc(65537 * sizeof(float));
+	static const size_t lens[] = { 0, 1, 7, 8, 9, 15, 16, 17, 31, 33,
+	    65536 };
+
+	for (uint32_t v = 0; v < 65536; v++) {
+		src[2 * v] = (uint8_t)v;
+		src[2 * v + 1] = (uint8_t)(v >> 8);
+	}
+	for (size_t i = 0; i < sizeof(hand) / sizeof(hand[0]); i++) {
+		uint8_t b[2] = { (uint8_t)hand[i].h, (uint8_t)(hand[i].h >> 8) };
+		float f;
+
+		tq_f16_portable(b, 1, &f);
+		CHECK(memcmp(&f, &hand[i].f, 4) == 0);
+	}
+	tq_f16_portable(src, 65536, want);
+	for (size_t d = 0; d < sizeof(fk) / sizeof(fk[0]); d++) {
+		int bad = 0;
+
+		if (!fk[d].run)
+			continue;
+		for (size_t l = 0; l < sizeof(lens) / sizeof(lens[0]); l++)
+			for (size_t off = 0; off + lens[l] <= 65536;
+			    off += lens[l] > 0 ? 65536 / 3 : 1 << 17) {
+				memset(got, 0xee, 65537 * sizeof(float));
+				fk[d].fn(src + 2 * off, lens[l], got);
+				for (size_t i = 0; i < lens[l]; i++)
+					bad |= want[off + i] != want[off + i] ?
+					    got[i] == got[i] : memcmp(got + i,
+					    want + off + i, 4) != 0;
+				/* Nothing written past the end. */
+				bad |= memcmp(got + lens[l], "\xee\xee\xee\xee",
+				    4) != 0;
+			}
+		if (bad)
+			fprintf(stderr, "f16 kernel %s differs\n", fk[d].name);
+		CHECK(!bad);
+	}
+	free(src);
+	free(want);
+	free(got);
+}
+
 int
 main(void)
 {
@@ -283,6 +351,7 @@ main(void)
 	RUN(test_fields6);
 	RUN(test_corners);
 	RUN(test_dot);
+	RUN(test_f16);
 	for (k = 0; k < NKERN; k++)
 		if (runnable[k])
 			printf("kernel %s: ran, %lu cases against scalar\n",
