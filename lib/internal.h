@@ -524,6 +524,21 @@ void tq_scan_avx512(const uint8_t *blocks, size_t nblocks,
 tq_scan_fn tq_scan_kernel(void);
 
 /*
+ * Several queries over the same 4-bit blocks: for j < nq, writes to
+ * acc + j * acc_stride exactly what a tq_scan_fn writes to acc with
+ * luts[j].  Only where sharing the code loads pays (AVX-512); NULL
+ * otherwise, and callers scan query by query.
+ */
+typedef void (*tq_scan4x_fn)(const uint8_t *blocks, size_t nblocks,
+    size_t block_bytes, unsigned nfields, const uint8_t *const *luts,
+    unsigned nq, uint32_t *acc, size_t acc_stride);
+void tq_scan4x_avx512(const uint8_t *blocks, size_t nblocks,
+    size_t block_bytes, unsigned nfields, const uint8_t *const *luts,
+    unsigned nq, uint32_t *acc, size_t acc_stride);
+/* The multi-query kernel of the chosen instruction set, or NULL. */
+tq_scan4x_fn tq_scan4x_kernel(void);
+
+/*
  * Fixed-order dot products (lib/kern/dot_scalar.c): y[i*ldy + o] =
  * <x row i, a row o> for n rows of x and the m rows of the row-major
  * m x k matrix a.  Every kernel gives the same bits.

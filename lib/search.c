@@ -63,6 +63,14 @@
  */
 #define QTILE 16
 #define TILE_BYTES (256u << 10)
+/*
+ * Blocks per call of the multi-query kernel: the sums of a whole tile,
+ * QTILE * MULTI_BLOCKS * 32 u32 (16 KiB), stay in L1.
+ */
+#define MULTI_BLOCKS 8
+/* u32 sums per worker: one kernel call's, either kind. */
+#define ACC_SUMS ((SCAN_BLOCKS > QTILE * MULTI_BLOCKS ? SCAN_BLOCKS : \
+    QTILE * MULTI_BLOCKS) * TQ_BLOCK)
 /* Most queries prepared at once, and most floats per preparation buffer. */
 #define QCHUNK_MAX 1024
 #define QCHUNK_FLOATS (1u << 22)
@@ -218,6 +226,7 @@ struct ctx {
 	const struct tq_index *ix;
 	const struct tq_quantizer *q;
 	tq_scan_fn scan;
+	tq_scan4x_fn scan4x;	/* NULL: scan query by query */
 	tq_f16_fn f16;
 	enum tq_metric metric;
 	uint32_t dim;
@@ -259,7 +268,7 @@ struct worker {
 	size_t q0, q1;		/* else queries [q0, q1) of the chunk */
 	uint64_t b0, b1;
 	struct tq_lut lut[QTILE];	/* .lut: nfields * entries bytes */
-	uint32_t *acc;		/* SCAN_BLOCKS * 32 sums */
+	uint32_t *acc;		/* ACC_SUMS sums */
 	struct tq_topk cand[QTILE];	/* (estimated key, row) */
 	struct tq_topk fin;	/* results: (final key, external id) */
 	uint8_t *codes;		/* dim unpacked codes, for refinement */
@@ -434,6 +443,33 @@ keys_at_least(const float *key, float thr)
 }
 
 /*
+ * Offers the rows of block blk (kernel sums acc) for query i of the chunk
+ * to heap h; rows outside segment sg are skipped.
+ */
+static inline void
+block_push(const struct ctx *c, const struct tq_lut *t, size_t i,
+    uint64_t blk, const uint32_t *acc, const struct seg *sg,
+    struct tq_topk *h)
+{
+	uint64_t row = blk * TQ_BLOCK;
+	uint32_t mask;
+	float key[TQ_BLOCK];
+	unsigned j;
+
+	(void)block_keys(c, t, i, blk, acc, key, &mask);
+	mask &= row_window(blk, sg->r0, sg->r1);
+	/* The heap's root is its worst entry. */
+	if (h->len == h->k)
+		mask &= keys_at_least(key, h->key[0]);
+	for (; mask != 0; mask &= mask - 1) {
+		j = (unsigned)__builtin_ctz(mask);
+		if (h->len == h->k && key[j] < h->key[0])
+			continue;
+		cand_push(c->ix, h, key[j], row + j);
+	}
+}
+
+/*
  * Scans blocks [b0, b1) of segment sg for query i of the chunk into heap
  * h; rows outside the segment are skipped.
  */
@@ -448,29 +484,42 @@ scan_range(struct worker *w, const struct tq_lut *t, size_t i, uint64_t b0,
 	size_t nb;
 
 	for (b = b0; (nb = next_run(c, &b, b1)) > 0; b += nb) {
-		size_t bi;
-
 		c->scan(ix->codes + b * ix->block_bytes, nb, ix->block_bytes,
 		    q->nfields, q->field_bits, t->lut, w->acc);
-		for (bi = 0; bi < nb; bi++) {
-			uint64_t row = (b + bi) * TQ_BLOCK;
-			uint32_t mask;
-			float key[TQ_BLOCK];
-			unsigned j, nj = block_keys(c, t, i, b + bi,
-			    w->acc + bi * TQ_BLOCK, key, &mask);
+		for (size_t bi = 0; bi < nb; bi++)
+			block_push(c, t, i, b + bi, w->acc + bi * TQ_BLOCK, sg,
+			    h);
+	}
+}
 
-			mask &= row_window(b + bi, sg->r0, sg->r1);
-			(void)nj;
-			/* The heap's root is its worst entry. */
-			if (h->len == h->k)
-				mask &= keys_at_least(key, h->key[0]);
-			for (; mask != 0; mask &= mask - 1) {
-				j = (unsigned)__builtin_ctz(mask);
-				if (h->len == h->k && key[j] < h->key[0])
-					continue;
-				cand_push(ix, h, key[j], row + j);
-			}
-		}
+/*
+ * scan_range for queries i .. i + m - 1 of the chunk at once (tables
+ * t[0 .. m), heaps h[0 .. m)), through the multi-query kernel in runs of
+ * MULTI_BLOCKS: each heap sees its blocks in the same order as alone.
+ */
+static void
+scan_range_multi(struct worker *w, const struct tq_lut *t, size_t i,
+    size_t m, uint64_t b0, uint64_t b1, const struct seg *sg,
+    struct tq_topk *h)
+{
+	const struct ctx *c = w->c;
+	const struct tq_index *ix = c->ix;
+	const uint8_t *luts[QTILE];
+	const size_t stride = MULTI_BLOCKS * TQ_BLOCK;
+	uint64_t b;
+	size_t nb, j;
+
+	for (j = 0; j < m; j++)
+		luts[j] = t[j].lut;
+	for (b = b0; (nb = next_run(c, &b, b1)) > 0; b += nb) {
+		if (nb > MULTI_BLOCKS)
+			nb = MULTI_BLOCKS;
+		c->scan4x(ix->codes + b * ix->block_bytes, nb, ix->block_bytes,
+		    c->q->nfields, luts, (unsigned)m, w->acc, stride);
+		for (j = 0; j < m; j++)
+			for (size_t bi = 0; bi < nb; bi++)
+				block_push(c, &t[j], i + j, b + bi, w->acc +
+				    j * stride + bi * TQ_BLOCK, sg, &h[j]);
 	}
 }
 
@@ -835,9 +884,14 @@ run(void *arg)
 		for (b = 0; b < nb; b += step) {
 			uint64_t e = nb - b < step ? nb : b + step;
 
-			for (j = 0; j < m; j++)
-				scan_range(w, &w->lut[j], i + j, b, e,
-				    &w->segs[0], &w->cand[j]);
+			if (c->scan4x != NULL && c->q->field_bits == 4 &&
+			    m >= 4)
+				scan_range_multi(w, w->lut, i, m, b, e,
+				    &w->segs[0], w->cand);
+			else
+				for (j = 0; j < m; j++)
+					scan_range(w, &w->lut[j], i + j, b, e,
+					    &w->segs[0], &w->cand[j]);
 		}
 		for (j = 0; j < m; j++)
 			finish(w, i + j, &w->cand[j]);
@@ -936,8 +990,7 @@ scratch_alloc(struct scratch *s, const struct tq_quantizer *q, unsigned nw,
 	for (t = 0; t < nw; t++) {
 		struct worker *w = &s->w[t];
 
-		w->acc = tq_mallocarray(SCAN_BLOCKS * TQ_BLOCK,
-		    sizeof(*w->acc));
+		w->acc = tq_mallocarray(ACC_SUMS, sizeof(*w->acc));
 		w->codes = malloc(q->dim);
 		w->row = tq_mallocarray(q->dim, sizeof(*w->row));
 		w->segs = tq_mallocarray(nseg, sizeof(*w->segs));
@@ -1183,6 +1236,7 @@ tq_search(const struct tq_index *ix, const float *queries, size_t nq,
 	c.ix = ix;
 	c.q = q;
 	c.scan = tq_scan_kernel();
+	c.scan4x = tq_scan4x_kernel();
 	c.f16 = tq_f16_kernel();
 	c.metric = q->metric;
 	c.dim = dim;
@@ -1320,6 +1374,7 @@ tq_search_range(const struct tq_index *ix, const float *queries, size_t nq,
 	c.ix = ix;
 	c.q = q;
 	c.scan = tq_scan_kernel();
+	c.scan4x = tq_scan4x_kernel();
 	c.f16 = tq_f16_kernel();
 	c.metric = q->metric;
 	c.dim = q->dim;
