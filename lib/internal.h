@@ -539,6 +539,29 @@ void tq_scan4x_avx512(const uint8_t *blocks, size_t nblocks,
 tq_scan4x_fn tq_scan4x_kernel(void);
 
 /*
+ * The estimated keys of a block's 32 rows from the kernel's sums acc and
+ * the block's factors fs (TQ_NFACTORS rows of 32), higher better:
+ *   ip = fs0 * (scale * acc + bias) + fs1 + qc
+ *   key = ip, or for l2 -((qn2 - 2 ip) + fs2),
+ * each operation rounded to float in that order (no fused multiply-add),
+ * so every kernel gives the same bits.  Returns bit j set for key[j] >=
+ * thr (never for a NaN).
+ */
+struct tq_keypar {
+	float scale, bias, qc, qn2;
+	int l2;
+};
+typedef uint32_t (*tq_keys_fn)(const uint32_t *acc, const float *fs,
+    const struct tq_keypar *p, float thr, float *key);
+uint32_t tq_keys_scalar(const uint32_t *acc, const float *fs,
+    const struct tq_keypar *p, float thr, float *key);
+uint32_t tq_keys_avx2(const uint32_t *acc, const float *fs,
+    const struct tq_keypar *p, float thr, float *key);
+uint32_t tq_keys_avx512(const uint32_t *acc, const float *fs,
+    const struct tq_keypar *p, float thr, float *key);
+tq_keys_fn tq_keys_kernel(void);
+
+/*
  * Fixed-order dot products (lib/kern/dot_scalar.c): y[i*ldy + o] =
  * <x row i, a row o> for n rows of x and the m rows of the row-major
  * m x k matrix a.  Every kernel gives the same bits.

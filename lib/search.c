@@ -49,10 +49,6 @@
 
 #include "internal.h"
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
 /* Blocks per kernel call: 64 * 32 u32 sums stay in L1. */
 #define SCAN_BLOCKS 64
 /*
@@ -227,6 +223,7 @@ struct ctx {
 	const struct tq_quantizer *q;
 	tq_scan_fn scan;
 	tq_scan4x_fn scan4x;	/* NULL: scan query by query */
+	tq_keys_fn keys;
 	tq_f16_fn f16;
 	enum tq_metric metric;
 	uint32_t dim;
@@ -365,42 +362,28 @@ next_run(const struct ctx *c, uint64_t *b, uint64_t b1)
  * The estimated keys of the rows of block blk for query i of the chunk,
  * from the kernel's sums acc: key[j] for j < the returned row count (the
  * last block may be short); *mask has bit j set for rows that may be
- * returned (live and allowed).  Higher keys are better (l2: -distance).
+ * returned (live and allowed), *above for keys >= thr (never NaN).
+ * Higher keys are better (l2: -distance).
  */
 static unsigned
 block_keys(const struct ctx *c, const struct tq_lut *t, size_t i,
-    uint64_t blk, const uint32_t *acc, float *key, uint32_t *mask)
+    uint64_t blk, const uint32_t *acc, float thr, float *key, uint32_t *mask,
+    uint32_t *above)
 {
 	const struct tq_index *ix = c->ix;
-	const float *fs = ix->factors + blk * TQ_BLOCK * TQ_NFACTORS;
-	float scale = t->scale, bias = t->bias, qc = c->qc[i];
-	float qn2 = c->qn2[i];
+	struct tq_keypar kp = { t->scale, t->bias, c->qc[i], c->qn2[i],
+	    c->metric == TQ_METRIC_L2 };
 	uint64_t row = blk * TQ_BLOCK;
-	unsigned j, nj = TQ_BLOCK;
+	unsigned nj = TQ_BLOCK;
 
 	if (ix->n - row < TQ_BLOCK)
 		nj = (unsigned)(ix->n - row);
 	*mask = c->masked ? block_mask(c, blk) : ~0u;
 	if (nj < TQ_BLOCK)
 		*mask &= (1u << nj) - 1;
-	/*
-	 * All 32 rows (a short block's padding rows have zero factors and
-	 * are masked), the metric tested once: loops the compiler turns
-	 * into vector code.  Sums stay below 2^31, so the signed conversion
-	 * gives the same float as the unsigned one.
-	 */
-	if (c->metric == TQ_METRIC_L2) {
-		for (j = 0; j < TQ_BLOCK; j++) {
-			float ip = fs[j] * (scale * (float)(int32_t)acc[j] +
-			    bias) + fs[TQ_BLOCK + j] + qc;
-
-			key[j] = -(qn2 - 2.0f * ip + fs[2 * TQ_BLOCK + j]);
-		}
-	} else {
-		for (j = 0; j < TQ_BLOCK; j++)
-			key[j] = fs[j] * (scale * (float)(int32_t)acc[j] +
-			    bias) + fs[TQ_BLOCK + j] + qc;
-	}
+	/* All 32 rows: a short block's padding rows have zero factors. */
+	*above = c->keys(acc, ix->factors + blk * TQ_BLOCK * TQ_NFACTORS, &kp,
+	    thr, key);
 	return nj;
 }
 
@@ -424,24 +407,6 @@ cand_push(const struct tq_index *ix, struct tq_topk *h, float key,
 	tq_topk_push(h, key, r);
 }
 
-/* Bit j: key[j] >= thr (NaN never), for the 32 keys of a block. */
-static inline uint32_t
-keys_at_least(const float *key, float thr)
-{
-	uint32_t m = 0;
-#if defined(__SSE2__)
-	__m128 t = _mm_set1_ps(thr);
-
-	for (unsigned j = 0; j < TQ_BLOCK; j += 4)
-		m |= (uint32_t)_mm_movemask_ps(_mm_cmpge_ps(
-		    _mm_loadu_ps(key + j), t)) << j;
-#else
-	for (unsigned j = 0; j < TQ_BLOCK; j++)
-		m |= (uint32_t)(key[j] >= thr) << j;
-#endif
-	return m;
-}
-
 /*
  * Offers the rows of block blk (kernel sums acc) for query i of the chunk
  * to heap h; rows outside segment sg are skipped.
@@ -452,15 +417,16 @@ block_push(const struct ctx *c, const struct tq_lut *t, size_t i,
     struct tq_topk *h)
 {
 	uint64_t row = blk * TQ_BLOCK;
-	uint32_t mask;
+	uint32_t mask, above;
 	float key[TQ_BLOCK];
 	unsigned j;
 
-	(void)block_keys(c, t, i, blk, acc, key, &mask);
-	mask &= row_window(blk, sg->r0, sg->r1);
 	/* The heap's root is its worst entry. */
+	(void)block_keys(c, t, i, blk, acc, h->len == h->k ? h->key[0] :
+	    -INFINITY, key, &mask, &above);
+	mask &= row_window(blk, sg->r0, sg->r1);
 	if (h->len == h->k)
-		mask &= keys_at_least(key, h->key[0]);
+		mask &= above;
 	for (; mask != 0; mask &= mask - 1) {
 		j = (unsigned)__builtin_ctz(mask);
 		if (h->len == h->k && key[j] < h->key[0])
@@ -730,10 +696,11 @@ range_collect(struct worker *w, const struct tq_lut *t, size_t i,
 			const float *fs = ix->factors + (b + bi) * TQ_BLOCK *
 			    TQ_NFACTORS;
 			uint64_t row = (b + bi) * TQ_BLOCK;
-			uint32_t mask;
+			uint32_t mask, above;
 			float key[TQ_BLOCK];
 			unsigned j, nj = block_keys(c, t, i, b + bi,
-			    w->acc + bi * TQ_BLOCK, key, &mask);
+			    w->acc + bi * TQ_BLOCK, -INFINITY, key, &mask,
+			    &above);
 
 			mask &= row_window(b + bi, sg->r0, sg->r1);
 			for (j = 0; j < nj; j++) {
@@ -1237,6 +1204,7 @@ tq_search(const struct tq_index *ix, const float *queries, size_t nq,
 	c.q = q;
 	c.scan = tq_scan_kernel();
 	c.scan4x = tq_scan4x_kernel();
+	c.keys = tq_keys_kernel();
 	c.f16 = tq_f16_kernel();
 	c.metric = q->metric;
 	c.dim = dim;
@@ -1375,6 +1343,7 @@ tq_search_range(const struct tq_index *ix, const float *queries, size_t nq,
 	c.q = q;
 	c.scan = tq_scan_kernel();
 	c.scan4x = tq_scan4x_kernel();
+	c.keys = tq_keys_kernel();
 	c.f16 = tq_f16_kernel();
 	c.metric = q->metric;
 	c.dim = q->dim;

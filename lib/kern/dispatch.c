@@ -69,21 +69,23 @@ static const struct {
 	tq_dot_fn dot;
 	tq_f16_fn f16;
 	tq_scan4x_fn scan4x;
+	tq_keys_fn keys;
 	unsigned need;
 } kernels[] = {
 	{ "avx512",
 #ifdef TQ_HAVE_AVX512
 	    tq_scan_avx512, tq_dot_avx512, tq_f16_avx512, tq_scan4x_avx512,
+	    tq_keys_avx512,
 #else
-	    NULL, NULL, NULL, NULL,
+	    NULL, NULL, NULL, NULL, NULL,
 #endif
 	    F_AVX512F | F_AVX512BW | F_AVX512VL | F_AVX512VBMI | F_AVX512VNNI |
 	    F_BMI2 },
 	{ "avx2",
 #ifdef TQ_HAVE_AVX2
-	    tq_scan_avx2, tq_dot_avx2, tq_f16_avx2, NULL,
+	    tq_scan_avx2, tq_dot_avx2, tq_f16_avx2, NULL, tq_keys_avx2,
 #else
-	    NULL, NULL, NULL, NULL,
+	    NULL, NULL, NULL, NULL, NULL,
 #endif
 	    F_AVX2 | F_FMA | F_BMI2 | F_F16C },
 	/* The baseline: x86-64 always has SSE2. */
@@ -93,7 +95,7 @@ static const struct {
 #else
 	    tq_dot_portable,
 #endif
-	    tq_f16_portable, NULL, 0 },
+	    tq_f16_portable, NULL, tq_keys_scalar, 0 },
 };
 #define NKERNELS (sizeof(kernels) / sizeof(kernels[0]))
 
@@ -216,6 +218,13 @@ tq_scan4x_kernel(void)
 {
 	pthread_once(&once, init);
 	return kernels[chosen].scan4x;
+}
+
+tq_keys_fn
+tq_keys_kernel(void)
+{
+	pthread_once(&once, init);
+	return kernels[chosen].keys;
 }
 
 tq_f16_fn

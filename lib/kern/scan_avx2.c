@@ -311,3 +311,40 @@ tq_scan_avx2(const uint8_t *blocks, size_t nblocks, size_t block_bytes,
 			scan_block6(block, nfields, lut, acc + b * TQ_BLOCK);
 	}
 }
+
+/* The keys of tq_keys_scalar, 8 rows per step, the same operations. */
+uint32_t
+tq_keys_avx2(const uint32_t *acc, const float *fs,
+    const struct tq_keypar *p, float thr, float *key)
+{
+	const __m256 scale = _mm256_set1_ps(p->scale);
+	const __m256 bias = _mm256_set1_ps(p->bias);
+	const __m256 qc = _mm256_set1_ps(p->qc);
+	const __m256 qn2 = _mm256_set1_ps(p->qn2);
+	const __m256 two = _mm256_set1_ps(2.0f);
+	const __m256 t = _mm256_set1_ps(thr);
+	const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32(
+	    (int)0x80000000u));
+	uint32_t m = 0;
+
+	for (unsigned h = 0; h < TQ_BLOCK; h += 8) {
+		__m256 a = _mm256_cvtepi32_ps(_mm256_loadu_si256(
+		    (const __m256i *)(const void *)(acc + h)));
+		__m256 ip = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(
+		    _mm256_loadu_ps(fs + h), _mm256_add_ps(_mm256_mul_ps(scale,
+		    a), bias)), _mm256_loadu_ps(fs + TQ_BLOCK + h)), qc);
+
+		if (p->l2) {
+			__m256 x = _mm256_add_ps(_mm256_sub_ps(qn2,
+			    _mm256_mul_ps(two, ip)),
+			    _mm256_loadu_ps(fs + 2 * TQ_BLOCK + h));
+
+			/* Negation flips the sign bit, as in C. */
+			ip = _mm256_xor_ps(x, sign);
+		}
+		_mm256_storeu_ps(key + h, ip);
+		m |= (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(ip, t,
+		    _CMP_GE_OQ)) << h;
+	}
+	return m;
+}

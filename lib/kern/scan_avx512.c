@@ -462,3 +462,39 @@ tq_scan4x_avx512(const uint8_t *blocks, size_t nblocks, size_t block_bytes,
 			    acc + j * acc_stride + b * TQ_BLOCK);
 	}
 }
+
+/* The keys of tq_keys_scalar, 16 rows per step, the same operations. */
+uint32_t
+tq_keys_avx512(const uint32_t *acc, const float *fs,
+    const struct tq_keypar *p, float thr, float *key)
+{
+	const __m512 scale = _mm512_set1_ps(p->scale);
+	const __m512 bias = _mm512_set1_ps(p->bias);
+	const __m512 qc = _mm512_set1_ps(p->qc);
+	const __m512 qn2 = _mm512_set1_ps(p->qn2);
+	const __m512 two = _mm512_set1_ps(2.0f);
+	const __m512 t = _mm512_set1_ps(thr);
+	const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
+	uint32_t m = 0;
+
+	for (unsigned h = 0; h < TQ_BLOCK; h += 16) {
+		__m512 a = _mm512_cvtepi32_ps(_mm512_loadu_si512(
+		    (const void *)(acc + h)));
+		__m512 ip = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(
+		    _mm512_loadu_ps(fs + h), _mm512_add_ps(_mm512_mul_ps(scale,
+		    a), bias)), _mm512_loadu_ps(fs + TQ_BLOCK + h)), qc);
+
+		if (p->l2) {
+			__m512 x = _mm512_add_ps(_mm512_sub_ps(qn2,
+			    _mm512_mul_ps(two, ip)),
+			    _mm512_loadu_ps(fs + 2 * TQ_BLOCK + h));
+
+			/* Negation flips the sign bit, as in C. */
+			ip = _mm512_castsi512_ps(_mm512_xor_si512(
+			    _mm512_castps_si512(x), sign));
+		}
+		_mm512_storeu_ps(key + h, ip);
+		m |= (uint32_t)_mm512_cmp_ps_mask(ip, t, _CMP_GE_OQ) << h;
+	}
+	return m;
+}

@@ -95,3 +95,33 @@ tq_scan_scalar(const uint8_t *blocks, size_t nblocks, size_t block_bytes,
 			scan_block6(block, nfields, lut, acc + b * TQ_BLOCK);
 	}
 }
+
+uint32_t
+tq_keys_scalar(const uint32_t *acc, const float *fs,
+    const struct tq_keypar *p, float thr, float *key)
+{
+	float scale = p->scale, bias = p->bias, qc = p->qc, qn2 = p->qn2;
+	uint32_t m = 0;
+	unsigned j;
+
+	/*
+	 * Sums stay below 2^31, so the signed conversion gives the same
+	 * float as the unsigned one.  The metric is tested once: loops the
+	 * compiler turns into vector code.
+	 */
+	if (p->l2) {
+		for (j = 0; j < TQ_BLOCK; j++) {
+			float ip = fs[j] * (scale * (float)(int32_t)acc[j] +
+			    bias) + fs[TQ_BLOCK + j] + qc;
+
+			key[j] = -(qn2 - 2.0f * ip + fs[2 * TQ_BLOCK + j]);
+		}
+	} else {
+		for (j = 0; j < TQ_BLOCK; j++)
+			key[j] = fs[j] * (scale * (float)(int32_t)acc[j] +
+			    bias) + fs[TQ_BLOCK + j] + qc;
+	}
+	for (j = 0; j < TQ_BLOCK; j++)
+		m |= (uint32_t)(key[j] >= thr) << j;
+	return m;
+}

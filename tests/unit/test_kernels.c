@@ -9,6 +9,7 @@
  * that take blocks in pairs).  Codes and tables are allocated to their
  * exact size, so a kernel that reads past either trips AddressSanitizer.
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -217,6 +218,67 @@ test_multi(void)
 	    runs);
 }
 
+/*
+ * The key kernels against tq_keys_scalar, bit for bit, keys and masks:
+ * both metrics, random sums and factors of mixed magnitude, thresholds
+ * from -inf to above every key, and factors that are NaN, infinite or
+ * subnormal as a corrupt index could hold.
+ */
+static void
+test_keys(void)
+{
+	const struct {
+		const char *name;
+		tq_keys_fn fn;
+		int run;
+	} kk[] = {
+		{ "avx2", tq_keys_avx2, runnable[0] },
+		{ "avx512", tq_keys_avx512, runnable[1] },
+	};
+	static const float odd[] = { NAN, INFINITY, -INFINITY, 1e-42f, -0.0f,
+	    3.4e38f };
+	uint32_t acc[TQ_BLOCK];
+	float fs[TQ_NFACTORS * TQ_BLOCK], want[TQ_BLOCK], got[TQ_BLOCK];
+	int bad[2] = { 0, 0 };
+
+	for (unsigned it = 0; it < 4000; it++) {
+		struct tq_keypar p;
+		float thr;
+		uint32_t mw;
+
+		for (unsigned j = 0; j < TQ_BLOCK; j++)
+			acc[j] = rnd() % (it % 3 == 0 ? 256u : 1u << 24);
+		for (unsigned j = 0; j < TQ_NFACTORS * TQ_BLOCK; j++)
+			fs[j] = (float)((int32_t)rnd() % 100001) *
+			    (j % 3 == 0 ? 1e-5f : 3.7e-2f);
+		if (it % 7 == 0)
+			fs[rnd() % (TQ_NFACTORS * TQ_BLOCK)] =
+			    odd[rnd() % (sizeof(odd) / sizeof(odd[0]))];
+		p.scale = (float)(rnd() % 1000 + 1) * 1e-4f;
+		p.bias = (float)((int32_t)rnd() % 1000) * 1e-2f;
+		p.qc = (float)((int32_t)rnd() % 1000) * 1e-3f;
+		p.qn2 = (float)(rnd() % 1000) * 1e-1f;
+		p.l2 = (int)(it & 1);
+		mw = tq_keys_scalar(acc, fs, &p, -INFINITY, want);
+		/* A threshold among the keys, or at either end. */
+		thr = it % 5 == 0 ? -INFINITY : it % 5 == 1 ? INFINITY :
+		    want[rnd() % TQ_BLOCK];
+		mw = tq_keys_scalar(acc, fs, &p, thr, want);
+		for (size_t d = 0; d < 2; d++) {
+			if (!kk[d].run)
+				continue;
+			memset(got, 0x5a, sizeof(got));
+			bad[d] |= kk[d].fn(acc, fs, &p, thr, got) != mw ||
+			    memcmp(got, want, sizeof(got)) != 0;
+		}
+	}
+	for (size_t d = 0; d < 2; d++) {
+		if (bad[d])
+			fprintf(stderr, "key kernel %s differs\n", kk[d].name);
+		CHECK(!bad[d]);
+	}
+}
+
 /* Codes of all ones select each table's last entry: the layout's corners. */
 static void
 test_corners(void)
@@ -418,6 +480,7 @@ main(void)
 	RUN(test_dot);
 	RUN(test_f16);
 	RUN(test_multi);
+	RUN(test_keys);
 	for (k = 0; k < NKERN; k++)
 		if (runnable[k])
 			printf("kernel %s: ran, %lu cases against scalar\n",
