@@ -526,10 +526,14 @@ tq_scan_fn tq_scan_kernel(void);
 /*
  * Several queries over the same 4-bit blocks: for j < nq, writes to
  * acc + j * acc_stride exactly what a tq_scan_fn writes to acc with
- * luts[j].  Only where sharing the code loads pays (AVX-512); NULL
- * otherwise, and callers scan query by query.
+ * luts[j].  Only where sharing the code loads pays (AVX-512 takes four
+ * queries at a time, AVX2 two); NULL otherwise, and callers scan query
+ * by query.
  */
 typedef void (*tq_scan4x_fn)(const uint8_t *blocks, size_t nblocks,
+    size_t block_bytes, unsigned nfields, const uint8_t *const *luts,
+    unsigned nq, uint32_t *acc, size_t acc_stride);
+void tq_scan4x_avx2(const uint8_t *blocks, size_t nblocks,
     size_t block_bytes, unsigned nfields, const uint8_t *const *luts,
     unsigned nq, uint32_t *acc, size_t acc_stride);
 void tq_scan4x_avx512(const uint8_t *blocks, size_t nblocks,

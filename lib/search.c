@@ -852,7 +852,7 @@ run(void *arg)
 			uint64_t e = nb - b < step ? nb : b + step;
 
 			if (c->scan4x != NULL && c->q->field_bits == 4 &&
-			    m >= 4)
+			    m >= 2)
 				scan_range_multi(w, w->lut, i, m, b, e,
 				    &w->segs[0], w->cand);
 			else

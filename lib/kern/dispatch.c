@@ -83,7 +83,8 @@ static const struct {
 	    F_BMI2 },
 	{ "avx2",
 #ifdef TQ_HAVE_AVX2
-	    tq_scan_avx2, tq_dot_avx2, tq_f16_avx2, NULL, tq_keys_avx2,
+	    tq_scan_avx2, tq_dot_avx2, tq_f16_avx2, tq_scan4x_avx2,
+	    tq_keys_avx2,
 #else
 	    NULL, NULL, NULL, NULL, NULL,
 #endif

@@ -312,6 +312,121 @@ tq_scan_avx2(const uint8_t *blocks, size_t nblocks, size_t block_bytes,
 	}
 }
 
+/*
+ * Two queries over one 4-bit block: the codes are loaded and split into
+ * nibbles once for both tables (sixteen registers hold the two queries'
+ * FAISS pairs, the nibbles and the mask, so two is the most).  The sums
+ * are those of scan_block4 for each table, added in the same order.
+ */
+static void
+scan_block4_x2(const uint8_t *block, unsigned nfields, const uint8_t *lut0,
+    const uint8_t *lut1, uint32_t *out0, uint32_t *out1)
+{
+	const __m256i low4_u8x32 = _mm256_set1_epi8(0x0f);
+	const uint8_t *lut[2] = { lut0, lut1 };
+	uint32_t *out[2] = { out0, out1 };
+	__m256i s_u32x8[2][4];
+	unsigned f0, qi, i;
+
+	for (qi = 0; qi < 2; qi++)
+		for (i = 0; i < 4; i++)
+			s_u32x8[qi][i] = _mm256_setzero_si256();
+	for (f0 = 0; f0 < nfields; f0 += FLUSH4) {
+		unsigned n = nfields - f0 < FLUSH4 ? nfields - f0 : FLUSH4;
+		const uint8_t *p = block + (size_t)f0 * 16;
+		const uint8_t *end = p + (size_t)n * 16;
+		size_t off = (size_t)f0 * 16;
+		__m256i la_u16x16[2], lo_u16x16[2], ha_u16x16[2], ho_u16x16[2];
+
+		for (qi = 0; qi < 2; qi++) {
+			la_u16x16[qi] = _mm256_setzero_si256();
+			lo_u16x16[qi] = _mm256_setzero_si256();
+			ha_u16x16[qi] = _mm256_setzero_si256();
+			ho_u16x16[qi] = _mm256_setzero_si256();
+		}
+		for (; p + 64 <= end; p += 64, off += 64) {
+			__m256i x0_u8x32 = load_u8x32(p);
+			__m256i x1_u8x32 = load_u8x32(p + 32);
+			__m256i l0_u8x32 = _mm256_and_si256(x0_u8x32,
+			    low4_u8x32);
+			__m256i h0_u8x32 = _mm256_and_si256(
+			    _mm256_srli_epi16(x0_u8x32, 4), low4_u8x32);
+			__m256i l1_u8x32 = _mm256_and_si256(x1_u8x32,
+			    low4_u8x32);
+			__m256i h1_u8x32 = _mm256_and_si256(
+			    _mm256_srli_epi16(x1_u8x32, 4), low4_u8x32);
+
+			prefetch_ahead(p);
+#pragma GCC unroll 2
+			for (qi = 0; qi < 2; qi++) {
+				__m256i t0_u8x32 = load_u8x32(lut[qi] + off);
+				__m256i t1_u8x32 = load_u8x32(lut[qi] + off +
+				    32);
+
+				add_u8x2(&la_u16x16[qi], &lo_u16x16[qi],
+				    _mm256_shuffle_epi8(t0_u8x32, l0_u8x32),
+				    _mm256_shuffle_epi8(t1_u8x32, l1_u8x32));
+				add_u8x2(&ha_u16x16[qi], &ho_u16x16[qi],
+				    _mm256_shuffle_epi8(t0_u8x32, h0_u8x32),
+				    _mm256_shuffle_epi8(t1_u8x32, h1_u8x32));
+			}
+		}
+		for (; p < end; p += 32, off += 32) {
+			__m256i x_u8x32 = load_u8x32(p);
+			__m256i l_u8x32 = _mm256_and_si256(x_u8x32, low4_u8x32);
+			__m256i h_u8x32 = _mm256_and_si256(
+			    _mm256_srli_epi16(x_u8x32, 4), low4_u8x32);
+
+#pragma GCC unroll 2
+			for (qi = 0; qi < 2; qi++) {
+				__m256i t_u8x32 = load_u8x32(lut[qi] + off);
+
+				add_u8(&la_u16x16[qi], &lo_u16x16[qi],
+				    _mm256_shuffle_epi8(t_u8x32, l_u8x32));
+				add_u8(&ha_u16x16[qi], &ho_u16x16[qi],
+				    _mm256_shuffle_epi8(t_u8x32, h_u8x32));
+			}
+		}
+		for (qi = 0; qi < 2; qi++) {
+			__m256i a_u16x16, b_u16x16;
+
+			split_u16(la_u16x16[qi], lo_u16x16[qi], &a_u16x16,
+			    &b_u16x16);
+			s_u32x8[qi][0] = lanes_to_u32(s_u32x8[qi][0], a_u16x16);
+			s_u32x8[qi][1] = lanes_to_u32(s_u32x8[qi][1], b_u16x16);
+			split_u16(ha_u16x16[qi], ho_u16x16[qi], &a_u16x16,
+			    &b_u16x16);
+			s_u32x8[qi][2] = lanes_to_u32(s_u32x8[qi][2], a_u16x16);
+			s_u32x8[qi][3] = lanes_to_u32(s_u32x8[qi][3], b_u16x16);
+		}
+	}
+	for (qi = 0; qi < 2; qi++)
+		for (i = 0; i < 4; i++)
+			_mm256_storeu_si256((__m256i *)(void *)(out[qi] + 8 * i),
+			    s_u32x8[qi][i]);
+}
+
+void
+tq_scan4x_avx2(const uint8_t *blocks, size_t nblocks, size_t block_bytes,
+    unsigned nfields, const uint8_t *const *luts, unsigned nq,
+    uint32_t *acc, size_t acc_stride)
+{
+	size_t b;
+	unsigned j;
+
+	for (b = 0; b < nblocks; b++) {
+		const uint8_t *block = blocks + b * block_bytes;
+
+		for (j = 0; j + 2 <= nq; j += 2)
+			scan_block4_x2(block, nfields, luts[j], luts[j + 1],
+			    acc + j * acc_stride + b * TQ_BLOCK,
+			    acc + (j + 1) * acc_stride + b * TQ_BLOCK);
+		if (j < nq)
+			scan_block4(block, nfields, luts[j],
+			    acc + j * acc_stride + b * TQ_BLOCK);
+	}
+}
+
 /* The keys of tq_keys_scalar, 8 rows per step, the same operations. */
 uint32_t
 tq_keys_avx2(const uint32_t *acc, const float *fs,

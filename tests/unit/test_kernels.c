@@ -154,68 +154,85 @@ test_fields6(void)
 }
 
 /*
- * The multi-query kernel: nq tables of their own kind each (random, all
+ * The multi-query kernels: nq tables of their own kind each (random, all
  * 255, all 0, small), every query's sums equal to the oracle's for its
- * table; nq from 1 to 9 covers whole groups of four and every remainder.
+ * table; nq from 1 to 9 covers whole groups (of two or four) and every
+ * remainder.
  */
 static void
 test_multi(void)
 {
-	static const unsigned nfs[] = { 4, 8, 12, 196, 392, 1028, 1536, 4096 };
+	static const unsigned nfs[] = { 4, 8, 12, 196, 392, 516, 1028, 1536,
+	    4096 };
 	static const size_t nbs[] = { 1, 3, 8 };
+	const struct {
+		const char *name;
+		tq_scan4x_fn fn;
+		int run;
+	} mk[] = {
+		{ "avx2", tq_scan4x_avx2, runnable[0] },
+		{ "avx512", tq_scan4x_avx512, runnable[1] },
+	};
 	const uint8_t *luts[9];
 	uint8_t *lut[9];
-	int bad = 0;
-	unsigned runs = 0;
 
-	if (!runnable[1]) {
-		printf("multi-query kernel: skipped (CPU lacks avx512)\n");
-		return;
+	for (size_t d = 0; d < sizeof(mk) / sizeof(mk[0]); d++) {
+		int bad = 0;
+		unsigned runs = 0;
+
+		if (!mk[d].run) {
+			printf("multi-query kernel %s: skipped (CPU lacks "
+			    "it)\n", mk[d].name);
+			continue;
+		}
+		for (size_t a = 0; a < sizeof(nfs) / sizeof(nfs[0]); a++)
+			for (size_t c = 0; c < sizeof(nbs) / sizeof(nbs[0]); c++)
+				for (unsigned nq = 1; nq <= 9; nq++) {
+					unsigned nf = nfs[a];
+					size_t nb = nbs[c], bb = (size_t)nf * 16;
+					size_t stride = nb * TQ_BLOCK + 5;
+					uint8_t *codes = malloc(nb * bb);
+					uint32_t *want = malloc(nb * TQ_BLOCK * 4);
+					uint32_t *got = malloc(nq * stride * 4);
+
+					for (size_t i = 0; i < nb * bb; i++)
+						codes[i] = (uint8_t)rnd();
+					for (unsigned j = 0; j < nq; j++) {
+						lut[j] = malloc((size_t)nf * 16);
+						for (size_t i = 0;
+						    i < (size_t)nf * 16; i++)
+							lut[j][i] = j % 4 == 1 ?
+							    255 : j % 4 == 2 ? 0 :
+							    j % 4 == 3 ?
+							    (uint8_t)(rnd() & 3) :
+							    (uint8_t)rnd();
+						luts[j] = lut[j];
+					}
+					memset(got, 0x5a, nq * stride * 4);
+					mk[d].fn(codes, nb, bb, nf, luts, nq, got,
+					    stride);
+					for (unsigned j = 0; j < nq; j++) {
+						tq_scan_scalar(codes, nb, bb, nf, 4,
+						    lut[j], want);
+						bad |= memcmp(want, got + j * stride,
+						    nb * TQ_BLOCK * 4) != 0;
+						/* The gap after each untouched. */
+						bad |= got[j * stride + nb *
+						    TQ_BLOCK] != 0x5a5a5a5au;
+						free(lut[j]);
+					}
+					runs++;
+					free(codes);
+					free(want);
+					free(got);
+				}
+		if (bad)
+			fprintf(stderr, "multi-query kernel %s differs\n",
+			    mk[d].name);
+		CHECK(!bad);
+		printf("multi-query kernel %s: ran, %u cases against scalar\n",
+		    mk[d].name, runs);
 	}
-	for (size_t a = 0; a < sizeof(nfs) / sizeof(nfs[0]); a++)
-		for (size_t c = 0; c < sizeof(nbs) / sizeof(nbs[0]); c++)
-			for (unsigned nq = 1; nq <= 9; nq++) {
-				unsigned nf = nfs[a];
-				size_t nb = nbs[c], bb = (size_t)nf * 16;
-				size_t stride = nb * TQ_BLOCK + 5;
-				uint8_t *codes = malloc(nb * bb);
-				uint32_t *want = malloc(nb * TQ_BLOCK * 4);
-				uint32_t *got = malloc(nq * stride * 4);
-
-				for (size_t i = 0; i < nb * bb; i++)
-					codes[i] = (uint8_t)rnd();
-				for (unsigned j = 0; j < nq; j++) {
-					lut[j] = malloc((size_t)nf * 16);
-					for (size_t i = 0; i < (size_t)nf * 16; i++)
-						lut[j][i] = j % 4 == 1 ? 255 :
-						    j % 4 == 2 ? 0 : j % 4 == 3 ?
-						    (uint8_t)(rnd() & 3) :
-						    (uint8_t)rnd();
-					luts[j] = lut[j];
-				}
-				memset(got, 0x5a, nq * stride * 4);
-				tq_scan4x_avx512(codes, nb, bb, nf, luts, nq, got,
-				    stride);
-				for (unsigned j = 0; j < nq; j++) {
-					tq_scan_scalar(codes, nb, bb, nf, 4,
-					    lut[j], want);
-					bad |= memcmp(want, got + j * stride,
-					    nb * TQ_BLOCK * 4) != 0;
-					/* The gap between queries untouched. */
-					bad |= got[j * stride + nb * TQ_BLOCK] !=
-					    0x5a5a5a5au;
-					free(lut[j]);
-				}
-				runs++;
-				free(codes);
-				free(want);
-				free(got);
-			}
-	if (bad)
-		fprintf(stderr, "multi-query kernel differs\n");
-	CHECK(!bad);
-	printf("multi-query kernel avx512: ran, %u cases against scalar\n",
-	    runs);
 }
 
 /*
