@@ -17,8 +17,11 @@
  *
  * Threads take contiguous ranges of queries and scan them in tiles of
  * QTILE queries over slices of the codes, so the codes come from memory
- * once per tile.  With fewer queries than threads, each query's blocks are
- * split between the threads instead and their heaps merged.
+ * once per tile.  Within a tile, 4-bit fields go through the multi-query
+ * kernel where there is one (tq_scan4x: each block's codes are loaded and
+ * split into nibbles once for four queries on AVX-512, two on AVX2).
+ * With fewer queries than threads, each query's blocks are split between
+ * the threads instead and their heaps merged.
  *
  * Results never depend on the number of threads.  Queries are prepared in
  * chunks whose boundaries depend only on nq and dim, so every query is
