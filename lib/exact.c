@@ -50,9 +50,8 @@ struct eworker {
 	float *prod;		/* QBLOCK * CHUNK_ROWS */
 };
 
-/* The exact key of query vector qv against row x (see search.c). */
-static float
-exact_key(enum tq_metric m, const float *qv, const float *x, uint32_t dim)
+float
+tq_exact_key(enum tq_metric m, const float *qv, const float *x, uint32_t dim)
 {
 	double s = 0.0;
 	uint32_t d;
@@ -104,7 +103,7 @@ erun(void *arg)
 					    root)
 						continue;
 				}
-				tq_topk_push(h, exact_key(c->m, qv,
+				tq_topk_push(h, tq_exact_key(c->m, qv,
 				    c->x + r * dim, c->dim), c->row0 + r);
 			}
 		}

@@ -599,6 +599,14 @@ void tq_f16_avx512(const uint8_t *src, size_t n, float *dst);
 /* The f16 kernel of the chosen instruction set. */
 tq_f16_fn tq_f16_kernel(void);
 
+/*
+ * The exact key of query vector qv against row x, higher better (l2: minus
+ * the squared distance), summed in double in coordinate order: ground
+ * truth and re-rank use this one function, so they agree bit for bit.
+ */
+float tq_exact_key(enum tq_metric m, const float *qv, const float *x,
+    uint32_t dim);
+
 /* A bounded top-k heap of (key, id): higher key better, ties smaller id. */
 struct tq_topk {
 	uint32_t k, len;

@@ -166,6 +166,15 @@ field_range(const struct tq_quantizer *q, float prod[4][16], float *lo,
 	*hi = b;
 }
 
+/* The common table step from the widest range of any field. */
+static float
+lut_step(float widest)
+{
+	float delta = widest / 255.0f;
+
+	return delta > 0.0f ? delta : 1.0f;
+}
+
 #if defined(__SSE2__) && FLT_EVAL_METHOD == 0
 /*
  * tq_lut_build for one coordinate of 16 levels per field (4-bit codes),
@@ -194,9 +203,7 @@ lut_build_4bit(const struct tq_quantizer *q, const float *rq,
 		if (hi - lo > delta)
 			delta = hi - lo;
 	}
-	delta /= 255.0f;
-	if (!(delta > 0.0f))
-		delta = 1.0f;
+	delta = lut_step(delta);
 	for (f = 0; f < q->nfields; f++) {
 		float r = f < q->dim ? rq[f] : 0.0f;
 		float p0 = r * cent[0], p1 = r * cent[15];
@@ -249,9 +256,7 @@ tq_lut_build(const struct tq_quantizer *q, const float *rq, struct tq_lut *t)
 		if (hi - lo > delta)
 			delta = hi - lo;
 	}
-	delta /= 255.0f;
-	if (!(delta > 0.0f))
-		delta = 1.0f;
+	delta = lut_step(delta);
 
 	/*
 	 * Pass 2: entries relative to the field's minimum, in steps, rounded
@@ -575,7 +580,6 @@ exact_key(const struct ctx *c, struct worker *w, const float *qv, uint64_t r)
 	const struct tq_index *ix = c->ix;
 	uint32_t d, dim = c->dim;
 	const float *x;
-	double s = 0.0;
 
 	if (ix->originals == TQ_ORIG_F16) {
 		c->f16(ix->orig + r * dim * 2, dim, w->row);
@@ -587,17 +591,7 @@ exact_key(const struct ctx *c, struct worker *w, const float *qv, uint64_t r)
 			w->row[d] = rd_lef32(p + 4 * (size_t)d);
 		x = w->row;
 	}
-	if (c->metric == TQ_METRIC_L2) {
-		for (d = 0; d < dim; d++) {
-			double e = (double)qv[d] - (double)x[d];
-
-			s += e * e;
-		}
-		return (float)-s;
-	}
-	for (d = 0; d < dim; d++)
-		s += (double)qv[d] * (double)x[d];
-	return (float)s;
+	return tq_exact_key(c->metric, qv, x, dim);
 }
 
 /*
