@@ -539,8 +539,6 @@ void tq_scan4x_avx2(const uint8_t *blocks, size_t nblocks,
 void tq_scan4x_avx512(const uint8_t *blocks, size_t nblocks,
     size_t block_bytes, unsigned nfields, const uint8_t *const *luts,
     unsigned nq, uint32_t *acc, size_t acc_stride);
-/* The multi-query kernel of the chosen instruction set, or NULL. */
-tq_scan4x_fn tq_scan4x_kernel(void);
 
 /*
  * The estimated keys of a block's 32 rows from the kernel's sums acc and
@@ -563,7 +561,6 @@ uint32_t tq_keys_avx2(const uint32_t *acc, const float *fs,
     const struct tq_keypar *p, float thr, float *key);
 uint32_t tq_keys_avx512(const uint32_t *acc, const float *fs,
     const struct tq_keypar *p, float thr, float *key);
-tq_keys_fn tq_keys_kernel(void);
 
 /*
  * Fixed-order dot products (lib/kern/dot_scalar.c): y[i*ldy + o] =
@@ -596,8 +593,17 @@ typedef void (*tq_f16_fn)(const uint8_t *src, size_t n, float *dst);
 void tq_f16_portable(const uint8_t *src, size_t n, float *dst);
 void tq_f16_avx2(const uint8_t *src, size_t n, float *dst);
 void tq_f16_avx512(const uint8_t *src, size_t n, float *dst);
-/* The f16 kernel of the chosen instruction set. */
-tq_f16_fn tq_f16_kernel(void);
+
+/* The kernels of one instruction set, chosen once (TQ_ISA overrides). */
+struct tq_kernels {
+	const char *name;
+	tq_scan_fn scan;
+	tq_dot_fn dot;
+	tq_f16_fn f16;
+	tq_scan4x_fn scan4x;	/* NULL: scan query by query */
+	tq_keys_fn keys;
+};
+const struct tq_kernels *tq_kernels(void);
 
 /*
  * The exact key of query vector qv against row x, higher better (l2: minus

@@ -301,10 +301,7 @@ struct seg {
 struct ctx {
 	const struct tq_index *ix;
 	const struct tq_quantizer *q;
-	tq_scan_fn scan;
-	tq_scan4x_fn scan4x;	/* NULL: scan query by query */
-	tq_keys_fn keys;
-	tq_f16_fn f16;
+	const struct tq_kernels *kern;	/* the chosen instruction set's */
 	enum tq_metric metric;
 	uint32_t dim;
 	uint32_t k;
@@ -462,8 +459,8 @@ block_keys(const struct ctx *c, const struct tq_lut *t, size_t i,
 	if (nj < TQ_BLOCK)
 		*mask &= (1u << nj) - 1;
 	/* All 32 rows: a short block's padding rows have zero factors. */
-	*above = c->keys(acc, ix->factors + blk * TQ_BLOCK * TQ_NFACTORS, &kp,
-	    thr, key);
+	*above = c->kern->keys(acc, ix->factors + blk * TQ_BLOCK *
+	    TQ_NFACTORS, &kp, thr, key);
 	return nj;
 }
 
@@ -530,8 +527,8 @@ scan_range(struct worker *w, const struct tq_lut *t, size_t i, uint64_t b0,
 	size_t nb;
 
 	for (b = b0; (nb = next_run(c, &b, b1)) > 0; b += nb) {
-		c->scan(ix->codes + b * ix->block_bytes, nb, ix->block_bytes,
-		    q->nfields, q->field_bits, t->lut, w->acc);
+		c->kern->scan(ix->codes + b * ix->block_bytes, nb,
+		    ix->block_bytes, q->nfields, q->field_bits, t->lut, w->acc);
 		for (size_t bi = 0; bi < nb; bi++)
 			block_push(c, t, i, b + bi, w->acc + bi * TQ_BLOCK, sg,
 			    h);
@@ -560,8 +557,9 @@ scan_range_multi(struct worker *w, const struct tq_lut *t, size_t i,
 	for (b = b0; (nb = next_run(c, &b, b1)) > 0; b += nb) {
 		if (nb > MULTI_BLOCKS)
 			nb = MULTI_BLOCKS;
-		c->scan4x(ix->codes + b * ix->block_bytes, nb, ix->block_bytes,
-		    c->q->nfields, luts, (unsigned)m, w->acc, stride);
+		c->kern->scan4x(ix->codes + b * ix->block_bytes, nb,
+		    ix->block_bytes, c->q->nfields, luts, (unsigned)m, w->acc,
+		    stride);
 		for (j = 0; j < m; j++)
 			for (size_t bi = 0; bi < nb; bi++)
 				block_push(c, &t[j], i + j, b + bi, w->acc +
@@ -582,7 +580,7 @@ exact_key(const struct ctx *c, struct worker *w, const float *qv, uint64_t r)
 	const float *x;
 
 	if (ix->originals == TQ_ORIG_F16) {
-		c->f16(ix->orig + r * dim * 2, dim, w->row);
+		c->kern->f16(ix->orig + r * dim * 2, dim, w->row);
 		x = w->row;
 	} else {
 		const uint8_t *p = ix->orig + r * dim * 4;
@@ -628,8 +626,9 @@ refined_key(const struct ctx *c, struct worker *w, size_t i, uint64_t r)
 
 		for (f = 0; f < nf; f++) {
 			if ((f & 3) == 0)
-				__builtin_prefetch((const void *)((uintptr_t)blk +
-				    (size_t)f * 16 + REFINE_AHEAD));
+				__builtin_prefetch((const void *)(
+				    (uintptr_t)blk + (size_t)f * 16 +
+				    REFINE_AHEAD));
 			val[f] = (uint8_t)((blk[(size_t)f * 16] >> sh) & 15u);
 		}
 		for (f = 0, d = 0; f < nf; f++)
@@ -759,8 +758,8 @@ range_collect(struct worker *w, const struct tq_lut *t, size_t i,
 	size_t nb;
 
 	for (b = b0; (nb = next_run(c, &b, b1)) > 0; b += nb) {
-		c->scan(ix->codes + b * ix->block_bytes, nb, ix->block_bytes,
-		    q->nfields, q->field_bits, t->lut, w->acc);
+		c->kern->scan(ix->codes + b * ix->block_bytes, nb,
+		    ix->block_bytes, q->nfields, q->field_bits, t->lut, w->acc);
 		for (size_t bi = 0; bi < nb; bi++) {
 			const float *fs = ix->factors + (b + bi) * TQ_BLOCK *
 			    TQ_NFACTORS;
@@ -920,7 +919,7 @@ run(void *arg)
 		for (b = 0; b < nb; b += step) {
 			uint64_t e = nb - b < step ? nb : b + step;
 
-			if (c->scan4x != NULL && c->q->field_bits == 4 &&
+			if (c->kern->scan4x != NULL && c->q->field_bits == 4 &&
 			    m >= 2)
 				scan_range_multi(w, w->lut, i, m, b, e,
 				    &w->segs[0], w->cand);
@@ -1271,10 +1270,7 @@ tq_search(const struct tq_index *ix, const float *queries, size_t nq,
 	memset(&c, 0, sizeof(c));
 	c.ix = ix;
 	c.q = q;
-	c.scan = tq_scan_kernel();
-	c.scan4x = tq_scan4x_kernel();
-	c.keys = tq_keys_kernel();
-	c.f16 = tq_f16_kernel();
+	c.kern = tq_kernels();
 	c.metric = q->metric;
 	c.dim = dim;
 	c.k = p->k;
@@ -1410,10 +1406,7 @@ tq_search_range(const struct tq_index *ix, const float *queries, size_t nq,
 	memset(&c, 0, sizeof(c));
 	c.ix = ix;
 	c.q = q;
-	c.scan = tq_scan_kernel();
-	c.scan4x = tq_scan4x_kernel();
-	c.keys = tq_keys_kernel();
-	c.f16 = tq_f16_kernel();
+	c.kern = tq_kernels();
 	c.metric = q->metric;
 	c.dim = q->dim;
 	c.rq = s.rq;

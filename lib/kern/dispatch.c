@@ -64,39 +64,34 @@ static const struct {
  * assume (see the Makefile).  A NULL kernel was not compiled in.
  */
 static const struct {
-	const char *name;
-	tq_scan_fn fn;
-	tq_dot_fn dot;
-	tq_f16_fn f16;
-	tq_scan4x_fn scan4x;
-	tq_keys_fn keys;
+	struct tq_kernels k;
 	unsigned need;
 } kernels[] = {
-	{ "avx512",
+	{ { "avx512",
 #ifdef TQ_HAVE_AVX512
 	    tq_scan_avx512, tq_dot_avx512, tq_f16_avx512, tq_scan4x_avx512,
-	    tq_keys_avx512,
+	    tq_keys_avx512 },
 #else
-	    NULL, NULL, NULL, NULL, NULL,
+	    NULL, NULL, NULL, NULL, NULL },
 #endif
 	    F_AVX512F | F_AVX512BW | F_AVX512VL | F_AVX512VBMI | F_AVX512VNNI |
 	    F_BMI2 },
-	{ "avx2",
+	{ { "avx2",
 #ifdef TQ_HAVE_AVX2
 	    tq_scan_avx2, tq_dot_avx2, tq_f16_avx2, tq_scan4x_avx2,
-	    tq_keys_avx2,
+	    tq_keys_avx2 },
 #else
-	    NULL, NULL, NULL, NULL, NULL,
+	    NULL, NULL, NULL, NULL, NULL },
 #endif
 	    F_AVX2 | F_FMA | F_BMI2 | F_F16C },
 	/* The baseline: x86-64 always has SSE2. */
-	{ "scalar", tq_scan_scalar,
+	{ { "scalar", tq_scan_scalar,
 #if defined(__SSE2__)
 	    tq_dot_sse2,
 #else
 	    tq_dot_portable,
 #endif
-	    tq_f16_portable, NULL, tq_keys_scalar, 0 },
+	    tq_f16_portable, NULL, tq_keys_scalar }, 0 },
 };
 #define NKERNELS (sizeof(kernels) / sizeof(kernels[0]))
 
@@ -191,55 +186,38 @@ init(void)
 
 	if (isa != NULL)
 		for (i = 0; i < NKERNELS; i++)
-			if (strcmp(isa, kernels[i].name) == 0)
+			if (strcmp(isa, kernels[i].k.name) == 0)
 				start = i;
 	for (i = start; i < NKERNELS; i++)
-		if (kernels[i].fn != NULL &&
+		if (kernels[i].k.scan != NULL &&
 		    (cpu_have & kernels[i].need) == kernels[i].need)
 			break;
 	chosen = i < NKERNELS ? i : NKERNELS - 1;
 }
 
+const struct tq_kernels *
+tq_kernels(void)
+{
+	pthread_once(&once, init);
+	return &kernels[chosen].k;
+}
+
 tq_scan_fn
 tq_scan_kernel(void)
 {
-	pthread_once(&once, init);
-	return kernels[chosen].fn;
+	return tq_kernels()->scan;
 }
 
 tq_dot_fn
 tq_dot_kernel(void)
 {
-	pthread_once(&once, init);
-	return kernels[chosen].dot;
-}
-
-tq_scan4x_fn
-tq_scan4x_kernel(void)
-{
-	pthread_once(&once, init);
-	return kernels[chosen].scan4x;
-}
-
-tq_keys_fn
-tq_keys_kernel(void)
-{
-	pthread_once(&once, init);
-	return kernels[chosen].keys;
-}
-
-tq_f16_fn
-tq_f16_kernel(void)
-{
-	pthread_once(&once, init);
-	return kernels[chosen].f16;
+	return tq_kernels()->dot;
 }
 
 const char *
 tq_kernel_name(void)
 {
-	pthread_once(&once, init);
-	return kernels[chosen].name;
+	return tq_kernels()->name;
 }
 
 const char *
