@@ -526,9 +526,9 @@ tq_scan_fn tq_scan_kernel(void);
 /*
  * Several queries over the same 4-bit blocks: for j < nq, writes to
  * acc + j * acc_stride exactly what a tq_scan_fn writes to acc with
- * luts[j].  Only where sharing the code loads pays (AVX-512 takes four
- * queries at a time, AVX2 two); NULL otherwise, and callers scan query
- * by query.
+ * luts[j].  Only where sharing the code loads pays (AVX-512 takes up to
+ * eight queries at a time, AVX2 two); NULL otherwise, and callers scan
+ * query by query.  Tables 64-byte aligned scan fastest.
  */
 typedef void (*tq_scan4x_fn)(const uint8_t *blocks, size_t nblocks,
     size_t block_bytes, unsigned nfields, const uint8_t *const *luts,

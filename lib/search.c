@@ -19,7 +19,8 @@
  * QTILE queries over slices of the codes, so the codes come from memory
  * once per tile.  Within a tile, 4-bit fields go through the multi-query
  * kernel where there is one (tq_scan4x: each block's codes are loaded and
- * split into nibbles once for four queries on AVX-512, two on AVX2).
+ * split into nibbles once for up to eight queries on AVX-512, two on
+ * AVX2).
  * With fewer queries than threads, each query's blocks are split between
  * the threads instead and their heaps merged.
  *
@@ -1014,7 +1015,13 @@ scratch_alloc(struct scratch *s, const struct tq_quantizer *q, unsigned nw,
 {
 	size_t nseg = probes > 0 ? probes : 1;
 
-	size_t lutbytes = (size_t)q->nfields << q->field_bits;
+	/*
+	 * Tables on 64-byte boundaries: the AVX-512 kernels load them 64
+	 * bytes at a time, and a load across two cache lines made the
+	 * multi-query kernel a quarter slower (bench-kernels).
+	 */
+	size_t lutbytes = (((size_t)q->nfields << q->field_bits) + 63) &
+	    ~(size_t)63;
 	unsigned t, j;
 
 	memset(s, 0, sizeof(*s));
@@ -1025,7 +1032,7 @@ scratch_alloc(struct scratch *s, const struct tq_quantizer *q, unsigned nw,
 	for (t = 0; t < nw; t++) {
 		struct worker *w = &s->w[t];
 
-		w->acc = tq_mallocarray(ACC_SUMS, sizeof(*w->acc));
+		w->acc = aligned_alloc(64, ACC_SUMS * sizeof(*w->acc));
 		w->codes = malloc(q->dim);
 		w->row = tq_mallocarray(q->dim, sizeof(*w->row));
 		w->segs = tq_mallocarray(nseg, sizeof(*w->segs));
@@ -1033,7 +1040,7 @@ scratch_alloc(struct scratch *s, const struct tq_quantizer *q, unsigned nw,
 		    w->segs == NULL)
 			return tq_fail(TQ_ERR_NOMEM, "search: sums");
 		for (j = 0; j < QTILE; j++) {
-			w->lut[j].lut = malloc(lutbytes);
+			w->lut[j].lut = aligned_alloc(64, lutbytes);
 			if (w->lut[j].lut == NULL)
 				return tq_fail(TQ_ERR_NOMEM, "search: tables");
 			TQ_TRY(tq_topk_init(&w->cand[j], kc));

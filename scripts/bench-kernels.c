@@ -15,9 +15,11 @@
  * scanned, best of several passes: "stream", one call over all blocks
  * (the codes come from L3 or memory), and "hot", the first 32 blocks over
  * and over (in L2: what the kernel can do when memory keeps up).  For
- * 4-bit fields the multi-query kernels (tq_scan4x, as batches use them:
- * four queries on AVX-512, two on AVX2) are timed hot too, in GB/s of
- * codes per query, i.e. bytes times queries over time.  Then the
+ * 4-bit fields the multi-query kernels (tq_scan4x, as batch tiles call
+ * them, each query with its own copy of the table) are timed hot too for
+ * 2, 4, 8 and 16 queries, in GB/s of codes per query, i.e. bytes times
+ * queries over time.  Codes and tables are 64-byte aligned, as in a
+ * search (index sections are, and so are its tables).  Then the
  * machine's single-thread read bandwidth, a streaming sum over 1 GiB.
  * Times are this thread's CPU time (CLOCK_THREAD_CPUTIME_ID), best of
  * several passes, so that a busy machine that preempts the benchmark
@@ -183,7 +185,8 @@ main(int argc, char **argv)
 		size_t entries = fb == 4 ? 16 : 64;
 		size_t bb = fb == 4 ? (size_t)nf * 16 : (size_t)nf / 4 * 96;
 		size_t len = nblocks * bb, i;
-		uint8_t *codes = malloc(len), *lut = malloc(nf * entries);
+		uint8_t *codes = aligned_alloc(64, len);
+		uint8_t *lut = aligned_alloc(64, nf * entries);
 		uint32_t *want = malloc(nblocks * TQ_BLOCK * sizeof(uint32_t));
 		uint32_t *acc = malloc(nblocks * TQ_BLOCK * sizeof(uint32_t));
 
@@ -228,31 +231,52 @@ main(int argc, char **argv)
 		}
 		for (k = 1; fb == 4 && k < sizeof(kern) / sizeof(kern[0]);
 		    k++) {
-			/* Every query the same table: the sums are known. */
-			const uint8_t *luts[4] = { lut, lut, lut, lut };
-			unsigned nq = k == 1 ? 2 : 4;
-			uint32_t *macc;
+			/*
+			 * Every query gets its own copy of the same table, so
+			 * the sums are known and the tables take the cache
+			 * space a batch tile's would.
+			 */
+			static const unsigned nqs[] = { 2, 4, 8, 16 };
+			const uint8_t *luts[16];
+			uint8_t *copies;
 			int inner = (int)(nblocks / hot);
-			double th;
 
 			if (!kern[k].ok)
 				continue;
-			macc = malloc(nq * hot * TQ_BLOCK * sizeof(*macc));
-			if (macc == NULL)
+			copies = aligned_alloc(64, 16 * (nf * entries + 256));
+			if (copies == NULL)
 				return 1;
-			th = best_time_multi(k == 1 ? tq_scan4x_avx2 :
-			    tq_scan4x_avx512, codes, hot, bb, nf, luts, nq, macc,
-			    want, 20, inner);
-			if (th == 0.0)
-				printf("%-6s %6u %8.1f %9s  x%-6u WRONG SUMS\n",
-				    widths[w].label, nf, len / 1e6,
-				    kern[k].name, nq);
-			else
-				printf("%-6s %6u %8.1f %9s  x%-6u %8s %8.2f "
-				    "per query\n", widths[w].label, nf,
-				    len / 1e6, kern[k].name, nq, "-",
-				    (double)hot * bb * inner * nq / th / 1e9);
-			free(macc);
+			for (i = 0; i < 16; i++) {
+				memcpy(copies + i * (nf * entries + 256), lut,
+				    nf * entries);
+				luts[i] = copies + i * (nf * entries + 256);
+			}
+			for (size_t qi = 0; qi < sizeof(nqs) / sizeof(nqs[0]);
+			    qi++) {
+				unsigned nq = nqs[qi];
+				uint32_t *macc;
+				double th;
+
+				macc = malloc(nq * hot * TQ_BLOCK *
+				    sizeof(*macc));
+				if (macc == NULL)
+					return 1;
+				th = best_time_multi(k == 1 ? tq_scan4x_avx2 :
+				    tq_scan4x_avx512, codes, hot, bb, nf, luts,
+				    nq, macc, want, 20, inner);
+				if (th == 0.0)
+					printf("%-6s %6u %8.1f %9s  x%-6u WRONG "
+					    "SUMS\n", widths[w].label, nf,
+					    len / 1e6, kern[k].name, nq);
+				else
+					printf("%-6s %6u %8.1f %9s  x%-6u %8s "
+					    "%8.2f per query\n",
+					    widths[w].label, nf, len / 1e6,
+					    kern[k].name, nq, "-", (double)hot *
+					    bb * inner * nq / th / 1e9);
+				free(macc);
+			}
+			free(copies);
 		}
 		free(codes);
 		free(lut);

@@ -1,60 +1,65 @@
 /*
  * scan_avx512.c - the scan kernel for AVX-512 (built with -mavx512f
- * -mavx512bw -mavx512vl -mavx512vbmi -mavx512vnni -mbmi2; it uses BW, VL
- * and VBMI, and the dispatcher requires all of those flags).
+ * -mavx512bw -mavx512vl -mavx512vbmi -mavx512vnni -mbmi2; it uses BW, VL,
+ * VBMI and VNNI, and the dispatcher requires all of those flags).
  *
  * Layout (internal.h, "The blocked scan layout"): blocks of 32 vectors.
  *
  *   4-bit fields: field f of a block is a 16-byte row, byte j = vector j
- *   (low nibble) | vector j + 16 (high nibble).  One 64-byte load takes
- *   four consecutive fields, and one 64-byte load of the tables their four
- *   16-entry tables in the matching 128-bit lanes, so vpshufb (which looks
- *   up within each lane) applies each field's own table: vpshufb(table,
- *   x & 15) gives vectors 0..15, vpshufb(table, (x >> 4) & 15) vectors
- *   16..31.  The four lanes hold the same vectors and are added only at a
- *   flush.  vpermb is not used here: it needs the index masked just the
- *   same and would look all four fields up in one table.
+ *   (low nibble) | vector j + 16 (high nibble).  A 64-byte load takes four
+ *   consecutive fields, one per 128-bit lane.  VBMI's vpermb transposes
+ *   it so that dword j holds byte j of every lane, the four fields of
+ *   vectors j and j + 16; each nibble, ORed with its field's place times
+ *   16, indexes the four 16-entry tables as one 64-entry vpermb table
+ *   (the 64 bytes of tables at field f, as stored); VNNI's vpdpbusd, with
+ *   multipliers of 1, adds each dword's four looked-up u8 entries into a
+ *   u32 sum.  Vector j's sum ends in dword j of one register and vector
+ *   j + 16's in another: no widening and no flush.  Per 64 bytes of codes
+ *   a query costs two vpermb and two vpdpbusd, where vpshufb lookups
+ *   summed as FAISS's u16 pairs cost two vpshufb and six adds; the
+ *   transposition and the nibble split are paid once for all the queries
+ *   scanned together (up to eight, whose sums fill 16 registers).
  *
  *   6-bit fields: groups of four fields as three 32-byte rows A, B, C.
- *   VBMI's vpermb (_mm512_permutexvar_epi8) is a 64-entry byte lookup that
- *   reads only the low 6 bits of each index, so A, B and C index the
- *   tables of f0, f1, f2 unmasked; f3 is A >> 6 | (B >> 6) << 2 |
- *   (C >> 6) << 4, built from three 16-bit shifts (AVX-512 has no byte
- *   shift) merged by two vpternlogd bit-selects, its junk bits 6 and 7
- *   ignored by vpermb likewise.  A 512-bit vpermb covers 64 vectors, so
- *   two blocks are scanned at once, block b in the low 256 bits and b + 1
- *   in the high; an odd last block is paired with itself.  (The 256-bit
- *   vpermb only has a 32-entry table.)
+ *   vpermb (_mm512_permutexvar_epi8) is a 64-entry byte lookup that reads
+ *   only the low 6 bits of each index, so A, B and C index the tables of
+ *   f0, f1, f2 unmasked; f3 is A >> 6 | (B >> 6) << 2 | (C >> 6) << 4,
+ *   built from three 16-bit shifts (AVX-512 has no byte shift) merged by
+ *   two vpternlogd bit-selects, its junk bits 6 and 7 ignored by vpermb
+ *   likewise.  A 512-bit vpermb covers 64 vectors, so two blocks are
+ *   scanned at once, block b in the low 256 bits and b + 1 in the high;
+ *   an odd last block is paired with itself.  (The 256-bit vpermb only
+ *   has a 32-entry table.)  The u8 lookups are summed as u16 pairs the way
+ *   FAISS does it: acc_all_u16 += v (as u16: even vector in the low byte,
+ *   odd vector in the high byte, wrapping), acc_odd_u16 += v >> 8; at a
+ *   flush the even sums are acc_all - (acc_odd << 8).  Both are exact
+ *   while each accumulator has taken at most 257 additions of 255, so the
+ *   u16 lanes are flushed into u32 every 64 groups (four lookups per
+ *   group land in the same lanes).
  *
- * Accumulation is exact.  The u8 lookups are summed as u16 pairs the way
- * FAISS does it, with no unpacking: acc_all_u16 += v (as u16: even vector
- * in the low byte, odd vector in the high byte, wrapping), acc_odd_u16 +=
- * v >> 8; at a flush the even sums are acc_all - (acc_odd << 8).  Both are
- * exact while each accumulator has taken at most 257 additions of 255, so
- * each u16 lane is flushed into u32 after 256 additions: every 1024 fields
- * for 4-bit (a lane sees every fourth field), every 64 groups (256 fields)
- * for 6-bit (four lookups per group land in the same lanes).
+ * Accumulation is exact either way: the sums equal tq_scan_scalar's.
  *
  * Blocks are scanned in address order; the tables stay in L1 or L2.  A
  * software prefetch 1 KiB ahead, one per 64 bytes of codes, brings a scan
  * from memory up to the machine's streaming read rate (about 8 GB/s on the
  * development machine, a Sapphire Rapids VM, against 6 to 7 without it).
- * The 4-bit loop takes 128 bytes (eight fields) per step: with one step of
- * 64 bytes gcc 12 put four register copies in the loop, and unrolling was
- * about 10% faster in L2.
  *
- * Measured in L2 (scripts/bench-kernels.c, "hot"): about 25 GB/s for 4-bit
- * fields (AVX2: 23; port 5 takes every vpshufb, so 512 bits buy little
- * here), about 31 GB/s for 6-bit fields (AVX2: 11, as vpermb replaces four
- * vpshufb and three blends).
+ * Measured in L2 (scripts/bench-kernels.c, "hot", codes and tables 64-byte
+ * aligned): 4-bit fields about 40 GB/s for one query and 62 per query for
+ * eight (the u16-pair kernel this replaced: 27 and 39 for four; AVX2: 26),
+ * 6-bit fields about 44 GB/s (AVX2: 11, as vpermb replaces four vpshufb
+ * and three blends).  Tables that straddle cache lines cost a quarter of
+ * the multi-query speed: the search allocates them 64-byte aligned.
  */
 #include <immintrin.h>
 
 #include "internal.h"
 
-/* Fields (4-bit) or groups (6-bit) per u16 flush: 256 additions per lane. */
-#define FLUSH4 1024u
+/* 6-bit groups per u16 flush: 256 additions per lane. */
 #define FLUSH6_GROUPS 64u
+
+/* Most queries scanned together (their sums fill 16 registers). */
+#define MULTI_MAX 8u
 
 /* Software prefetch distance in the codes; see the opening comment. */
 #define PREFETCH_AHEAD 1024u
@@ -77,13 +82,15 @@ load_u8x32(const uint8_t *p)
 /*
  * Asks for the cache line PREFETCH_AHEAD bytes on.  The address is formed
  * as an integer: it may lie past the end of the codes, which is harmless
- * for a prefetch but not for C pointer arithmetic.
+ * for a prefetch but not for C pointer arithmetic.  __builtin_prefetch,
+ * not _mm_prefetch: gcc 12 dropped the latter from the loop of
+ * scan_block4_multi once inlined (seen in the assembly).
  */
 static inline void
 prefetch_ahead(const uint8_t *p)
 {
-	_mm_prefetch((const char *)((uintptr_t)p + PREFETCH_AHEAD),
-	    _MM_HINT_T0);
+	__builtin_prefetch((const void *)((uintptr_t)p + PREFETCH_AHEAD), 0,
+	    3);
 }
 
 static inline void
@@ -99,34 +106,6 @@ add_u8(__m512i *all_u16x32, __m512i *odd_u16x32, __m512i v_u8x64)
 	*all_u16x32 = _mm512_add_epi16(*all_u16x32, v_u8x64);
 	*odd_u16x32 = _mm512_add_epi16(*odd_u16x32,
 	    _mm512_srli_epi16(v_u8x64, 8));
-}
-
-/* Adds two sets of 64 u8 lookups (for the same vectors) to a FAISS pair. */
-static inline void
-add_u8x2(__m512i *all_u16x32, __m512i *odd_u16x32, __m512i v_u8x64,
-    __m512i w_u8x64)
-{
-	*all_u16x32 = _mm512_add_epi16(*all_u16x32,
-	    _mm512_add_epi16(v_u8x64, w_u8x64));
-	*odd_u16x32 = _mm512_add_epi16(*odd_u16x32, _mm512_add_epi16(
-	    _mm512_srli_epi16(v_u8x64, 8), _mm512_srli_epi16(w_u8x64, 8)));
-}
-
-/*
- * Looks up fields f..f + 3 (codes at p, tables at t): vectors 0..15 into
- * *vlo_u8x64, vectors 16..31 into *vhi_u8x64, field f + i in lane i.
- */
-static inline void
-lookup_quad(const uint8_t *p, const uint8_t *t, __m512i low4_u8x64,
-    __m512i *vlo_u8x64, __m512i *vhi_u8x64)
-{
-	__m512i x_u8x64 = load_u8x64(p);
-	__m512i tab_u8x64 = load_u8x64(t);
-
-	*vlo_u8x64 = _mm512_shuffle_epi8(tab_u8x64,
-	    _mm512_and_si512(x_u8x64, low4_u8x64));
-	*vhi_u8x64 = _mm512_shuffle_epi8(tab_u8x64,
-	    _mm512_and_si512(_mm512_srli_epi16(x_u8x64, 4), low4_u8x64));
 }
 
 /*
@@ -145,184 +124,154 @@ split_u16(__m512i all_u16x32, __m512i odd_u16x32, __m512i *lo_u16x32,
 	*hi_u16x32 = _mm512_unpackhi_epi16(even_u16x32, odd_u16x32);
 }
 
-/* Adds the four lanes' 8 u16 sums, widened, into two u32 halves. */
-static inline __m512i
-lanes_to_u32(__m512i sum_u32x16, __m512i v_u16x32)
-{
-	__m512i a_u32x16 = _mm512_cvtepu16_epi32(
-	    _mm512_castsi512_si256(v_u16x32));
-	__m512i b_u32x16 = _mm512_cvtepu16_epi32(
-	    _mm512_extracti64x4_epi64(v_u16x32, 1));
+/* vpternlogd immediate for (a & b) | c. */
+#define TERN_AND_OR 0xea
 
-	return _mm512_add_epi32(sum_u32x16,
-	    _mm512_add_epi32(a_u32x16, b_u32x16));
+/* Byte 4j + k of the transposition takes byte 16k + j. */
+static const uint8_t transpose4x16[64] __attribute__((aligned(64))) = {
+	0, 16, 32, 48, 1, 17, 33, 49, 2, 18, 34, 50, 3, 19, 35, 51,
+	4, 20, 36, 52, 5, 21, 37, 53, 6, 22, 38, 54, 7, 23, 39, 55,
+	8, 24, 40, 56, 9, 25, 41, 57, 10, 26, 42, 58, 11, 27, 43, 59,
+	12, 28, 44, 60, 13, 29, 45, 61, 14, 30, 46, 62, 15, 31, 47, 63
+};
+
+/* The constants of a 4-bit scan. */
+struct k4 {
+	__m512i tr, low4, lane, ones;
+};
+
+static inline struct k4
+k4_init(void)
+{
+	struct k4 k;
+
+	k.tr = load_u8x64(transpose4x16);
+	k.low4 = _mm512_set1_epi8(0x0f);
+	k.lane = _mm512_set1_epi32(0x30201000);	/* byte k of a dword: k << 4 */
+	k.ones = _mm512_set1_epi8(1);
+	return k;
 }
 
-static inline __m256i
-halves_u32(__m512i v_u32x16)
+/* The table indices of the 64 bytes at p: vectors 0..15 and 16..31. */
+static inline void
+k4_index(const struct k4 *k, const uint8_t *p, __m512i *lo_u8x64,
+    __m512i *hi_u8x64)
 {
-	return _mm256_add_epi32(_mm512_castsi512_si256(v_u32x16),
-	    _mm512_extracti64x4_epi64(v_u32x16, 1));
+	__m512i xt_u8x64 = _mm512_permutexvar_epi8(k->tr, load_u8x64(p));
+
+	*lo_u8x64 = _mm512_ternarylogic_epi32(xt_u8x64, k->low4, k->lane,
+	    TERN_AND_OR);
+	*hi_u8x64 = _mm512_ternarylogic_epi32(_mm512_srli_epi16(xt_u8x64, 4),
+	    k->low4, k->lane, TERN_AND_OR);
+}
+
+/* sum_u32x16 += the four entries of table t that dword j of idx selects. */
+static inline __m512i
+k4_add(const struct k4 *k, __m512i sum_u32x16, __m512i idx_u8x64,
+    __m512i t_u8x64)
+{
+	return _mm512_dpbusd_epi32(sum_u32x16,
+	    _mm512_permutexvar_epi8(idx_u8x64, t_u8x64), k->ones);
 }
 
 static void
 scan_block4(const uint8_t *block, unsigned nfields, const uint8_t *lut,
     uint32_t *out)
 {
-	const __m512i low4_u8x64 = _mm512_set1_epi8(0x0f);
-	/* Vectors 0..7, 8..15, 16..23, 24..31, each in both halves. */
-	__m512i s0_u32x16 = _mm512_setzero_si512();
-	__m512i s1_u32x16 = _mm512_setzero_si512();
-	__m512i s2_u32x16 = _mm512_setzero_si512();
-	__m512i s3_u32x16 = _mm512_setzero_si512();
-	unsigned f0;
+	const struct k4 k = k4_init();
+	const size_t len = (size_t)nfields * 16;
+	/* Two sums per half, for even and odd steps: vpdpbusd's latency. */
+	__m512i lo0 = _mm512_setzero_si512(), lo1 = _mm512_setzero_si512();
+	__m512i hi0 = _mm512_setzero_si512(), hi1 = _mm512_setzero_si512();
+	__m512i l_u8x64, h_u8x64, t_u8x64;
+	size_t off;
 
-	for (f0 = 0; f0 < nfields; f0 += FLUSH4) {
-		unsigned n = nfields - f0 < FLUSH4 ? nfields - f0 : FLUSH4;
-		const uint8_t *p = block + (size_t)f0 * 16;
-		const uint8_t *t = lut + (size_t)f0 * 16;
-		const uint8_t *end = p + (size_t)n * 16;
-		__m512i lo_all_u16x32 = _mm512_setzero_si512();
-		__m512i lo_odd_u16x32 = _mm512_setzero_si512();
-		__m512i hi_all_u16x32 = _mm512_setzero_si512();
-		__m512i hi_odd_u16x32 = _mm512_setzero_si512();
-		__m512i a_u16x32, b_u16x32;
-
-		/* Eight fields per step, one prefetch per cache line. */
-		for (; p + 128 <= end; p += 128, t += 128) {
-			__m512i vlo0_u8x64, vhi0_u8x64, vlo1_u8x64, vhi1_u8x64;
-
-			prefetch_ahead(p);
-			prefetch_ahead(p + 64);
-			lookup_quad(p, t, low4_u8x64, &vlo0_u8x64, &vhi0_u8x64);
-			lookup_quad(p + 64, t + 64, low4_u8x64, &vlo1_u8x64,
-			    &vhi1_u8x64);
-			add_u8x2(&lo_all_u16x32, &lo_odd_u16x32, vlo0_u8x64,
-			    vlo1_u8x64);
-			add_u8x2(&hi_all_u16x32, &hi_odd_u16x32, vhi0_u8x64,
-			    vhi1_u8x64);
-		}
-		/* The last four fields when nfields is not a multiple of 8. */
-		for (; p < end; p += 64, t += 64) {
-			__m512i vlo_u8x64, vhi_u8x64;
-
-			lookup_quad(p, t, low4_u8x64, &vlo_u8x64, &vhi_u8x64);
-			add_u8(&lo_all_u16x32, &lo_odd_u16x32, vlo_u8x64);
-			add_u8(&hi_all_u16x32, &hi_odd_u16x32, vhi_u8x64);
-		}
-		split_u16(lo_all_u16x32, lo_odd_u16x32, &a_u16x32, &b_u16x32);
-		s0_u32x16 = lanes_to_u32(s0_u32x16, a_u16x32);
-		s1_u32x16 = lanes_to_u32(s1_u32x16, b_u16x32);
-		split_u16(hi_all_u16x32, hi_odd_u16x32, &a_u16x32, &b_u16x32);
-		s2_u32x16 = lanes_to_u32(s2_u32x16, a_u16x32);
-		s3_u32x16 = lanes_to_u32(s3_u32x16, b_u16x32);
+	for (off = 0; off + 128 <= len; off += 128) {
+		prefetch_ahead(block + off);
+		prefetch_ahead(block + off + 64);
+		k4_index(&k, block + off, &l_u8x64, &h_u8x64);
+		t_u8x64 = load_u8x64(lut + off);
+		lo0 = k4_add(&k, lo0, l_u8x64, t_u8x64);
+		hi0 = k4_add(&k, hi0, h_u8x64, t_u8x64);
+		k4_index(&k, block + off + 64, &l_u8x64, &h_u8x64);
+		t_u8x64 = load_u8x64(lut + off + 64);
+		lo1 = k4_add(&k, lo1, l_u8x64, t_u8x64);
+		hi1 = k4_add(&k, hi1, h_u8x64, t_u8x64);
 	}
-	_mm256_storeu_si256((__m256i *)(void *)out, halves_u32(s0_u32x16));
-	_mm256_storeu_si256((__m256i *)(void *)(out + 8),
-	    halves_u32(s1_u32x16));
-	_mm256_storeu_si256((__m256i *)(void *)(out + 16),
-	    halves_u32(s2_u32x16));
-	_mm256_storeu_si256((__m256i *)(void *)(out + 24),
-	    halves_u32(s3_u32x16));
+	if (off < len) {
+		k4_index(&k, block + off, &l_u8x64, &h_u8x64);
+		t_u8x64 = load_u8x64(lut + off);
+		lo0 = k4_add(&k, lo0, l_u8x64, t_u8x64);
+		hi0 = k4_add(&k, hi0, h_u8x64, t_u8x64);
+	}
+	store_u32x16(out, _mm512_add_epi32(lo0, lo1));
+	store_u32x16(out + 16, _mm512_add_epi32(hi0, hi1));
 }
 
 /*
- * Four queries over one 4-bit block: the codes are loaded and split into
- * nibbles once for the four tables.  The sums are those of scan_block4
- * for each table, added in the same order.  With the nibble split shared,
- * a query costs 16 port-0/5 operations per 128 bytes of codes instead of
- * 22 (four lookups and twelve adds remain).
+ * nq (2..8) queries over one 4-bit block, the codes transposed and split
+ * once for all of them.  Inlined with nq constant, the sums in named
+ * registers (16 for eight queries): with an array of them gcc 12 copied
+ * every sum to another register once a step.
  */
-static void
-scan_block4_x4(const uint8_t *block, unsigned nfields,
-    const uint8_t *const *lut, uint32_t *const *out)
+#define K4_STEP(i)							\
+	do {								\
+		if ((i) < nq) {						\
+			__m512i t_u8x64 = load_u8x64(lut[i] + off);	\
+									\
+			lo##i = k4_add(&k, lo##i, l_u8x64, t_u8x64);	\
+			hi##i = k4_add(&k, hi##i, h_u8x64, t_u8x64);	\
+		}							\
+	} while (0)
+#define K4_STORE(i)							\
+	do {								\
+		if ((i) < nq) {						\
+			store_u32x16(out[i], lo##i);			\
+			store_u32x16(out[i] + 16, hi##i);		\
+		}							\
+	} while (0)
+
+static inline __attribute__((always_inline)) void
+scan_block4_multi(const uint8_t *block, unsigned nfields,
+    const uint8_t *const *lut, unsigned nq, uint32_t *const *out)
 {
-	const __m512i low4_u8x64 = _mm512_set1_epi8(0x0f);
-	__m512i s_u32x16[4][4];
-	unsigned f0, qi, i;
+	const struct k4 k = k4_init();
+	const size_t len = (size_t)nfields * 16;
+	__m512i lo0 = _mm512_setzero_si512(), hi0 = _mm512_setzero_si512();
+	__m512i lo1 = _mm512_setzero_si512(), hi1 = _mm512_setzero_si512();
+	__m512i lo2 = _mm512_setzero_si512(), hi2 = _mm512_setzero_si512();
+	__m512i lo3 = _mm512_setzero_si512(), hi3 = _mm512_setzero_si512();
+	__m512i lo4 = _mm512_setzero_si512(), hi4 = _mm512_setzero_si512();
+	__m512i lo5 = _mm512_setzero_si512(), hi5 = _mm512_setzero_si512();
+	__m512i lo6 = _mm512_setzero_si512(), hi6 = _mm512_setzero_si512();
+	__m512i lo7 = _mm512_setzero_si512(), hi7 = _mm512_setzero_si512();
+	__m512i l_u8x64, h_u8x64;
+	size_t off;
 
-	for (qi = 0; qi < 4; qi++)
-		for (i = 0; i < 4; i++)
-			s_u32x16[qi][i] = _mm512_setzero_si512();
-	for (f0 = 0; f0 < nfields; f0 += FLUSH4) {
-		unsigned n = nfields - f0 < FLUSH4 ? nfields - f0 : FLUSH4;
-		const uint8_t *p = block + (size_t)f0 * 16;
-		const uint8_t *end = p + (size_t)n * 16;
-		size_t off = (size_t)f0 * 16;
-		__m512i la_u16x32[4], lo_u16x32[4], ha_u16x32[4], ho_u16x32[4];
-
-		for (qi = 0; qi < 4; qi++) {
-			la_u16x32[qi] = _mm512_setzero_si512();
-			lo_u16x32[qi] = _mm512_setzero_si512();
-			ha_u16x32[qi] = _mm512_setzero_si512();
-			ho_u16x32[qi] = _mm512_setzero_si512();
-		}
-		for (; p + 128 <= end; p += 128, off += 128) {
-			__m512i x0_u8x64 = load_u8x64(p);
-			__m512i x1_u8x64 = load_u8x64(p + 64);
-			__m512i l0_u8x64 = _mm512_and_si512(x0_u8x64,
-			    low4_u8x64);
-			__m512i h0_u8x64 = _mm512_and_si512(
-			    _mm512_srli_epi16(x0_u8x64, 4), low4_u8x64);
-			__m512i l1_u8x64 = _mm512_and_si512(x1_u8x64,
-			    low4_u8x64);
-			__m512i h1_u8x64 = _mm512_and_si512(
-			    _mm512_srli_epi16(x1_u8x64, 4), low4_u8x64);
-
-			prefetch_ahead(p);
-			prefetch_ahead(p + 64);
-#pragma GCC unroll 4
-			for (qi = 0; qi < 4; qi++) {
-				__m512i t0_u8x64 = load_u8x64(lut[qi] + off);
-				__m512i t1_u8x64 = load_u8x64(lut[qi] + off +
-				    64);
-
-				add_u8x2(&la_u16x32[qi], &lo_u16x32[qi],
-				    _mm512_shuffle_epi8(t0_u8x64, l0_u8x64),
-				    _mm512_shuffle_epi8(t1_u8x64, l1_u8x64));
-				add_u8x2(&ha_u16x32[qi], &ho_u16x32[qi],
-				    _mm512_shuffle_epi8(t0_u8x64, h0_u8x64),
-				    _mm512_shuffle_epi8(t1_u8x64, h1_u8x64));
-			}
-		}
-		for (; p < end; p += 64, off += 64) {
-			__m512i x_u8x64 = load_u8x64(p);
-			__m512i l_u8x64 = _mm512_and_si512(x_u8x64, low4_u8x64);
-			__m512i h_u8x64 = _mm512_and_si512(
-			    _mm512_srli_epi16(x_u8x64, 4), low4_u8x64);
-
-#pragma GCC unroll 4
-			for (qi = 0; qi < 4; qi++) {
-				__m512i t_u8x64 = load_u8x64(lut[qi] + off);
-
-				add_u8(&la_u16x32[qi], &lo_u16x32[qi],
-				    _mm512_shuffle_epi8(t_u8x64, l_u8x64));
-				add_u8(&ha_u16x32[qi], &ho_u16x32[qi],
-				    _mm512_shuffle_epi8(t_u8x64, h_u8x64));
-			}
-		}
-		for (qi = 0; qi < 4; qi++) {
-			__m512i a_u16x32, b_u16x32;
-
-			split_u16(la_u16x32[qi], lo_u16x32[qi], &a_u16x32,
-			    &b_u16x32);
-			s_u32x16[qi][0] = lanes_to_u32(s_u32x16[qi][0],
-			    a_u16x32);
-			s_u32x16[qi][1] = lanes_to_u32(s_u32x16[qi][1],
-			    b_u16x32);
-			split_u16(ha_u16x32[qi], ho_u16x32[qi], &a_u16x32,
-			    &b_u16x32);
-			s_u32x16[qi][2] = lanes_to_u32(s_u32x16[qi][2],
-			    a_u16x32);
-			s_u32x16[qi][3] = lanes_to_u32(s_u32x16[qi][3],
-			    b_u16x32);
-		}
+	for (off = 0; off < len; off += 64) {
+		prefetch_ahead(block + off);
+		k4_index(&k, block + off, &l_u8x64, &h_u8x64);
+		K4_STEP(0);
+		K4_STEP(1);
+		K4_STEP(2);
+		K4_STEP(3);
+		K4_STEP(4);
+		K4_STEP(5);
+		K4_STEP(6);
+		K4_STEP(7);
 	}
-	for (qi = 0; qi < 4; qi++)
-		for (i = 0; i < 4; i++)
-			_mm256_storeu_si256((__m256i *)(void *)(out[qi] + 8 * i),
-			    halves_u32(s_u32x16[qi][i]));
+	K4_STORE(0);
+	K4_STORE(1);
+	K4_STORE(2);
+	K4_STORE(3);
+	K4_STORE(4);
+	K4_STORE(5);
+	K4_STORE(6);
+	K4_STORE(7);
 }
+
+#undef K4_STEP
+#undef K4_STORE
 
 /* Row r (32 bytes) of block p0 in the low half, of block p1 in the high. */
 static inline __m512i
@@ -444,22 +393,52 @@ tq_scan4x_avx512(const uint8_t *blocks, size_t nblocks, size_t block_bytes,
     uint32_t *acc, size_t acc_stride)
 {
 	size_t b;
-	unsigned j;
+	unsigned j, g, i;
 
 	for (b = 0; b < nblocks; b++) {
 		const uint8_t *block = blocks + b * block_bytes;
 
-		for (j = 0; j + 4 <= nq; j += 4) {
-			uint32_t *out[4] = { acc + j * acc_stride + b * TQ_BLOCK,
-			    acc + (j + 1) * acc_stride + b * TQ_BLOCK,
-			    acc + (j + 2) * acc_stride + b * TQ_BLOCK,
-			    acc + (j + 3) * acc_stride + b * TQ_BLOCK };
+		for (j = 0; j < nq; j += g) {
+			uint32_t *out[MULTI_MAX];
 
-			scan_block4_x4(block, nfields, luts + j, out);
+			g = nq - j < MULTI_MAX ? nq - j : MULTI_MAX;
+			for (i = 0; i < g; i++)
+				out[i] = acc + (j + i) * acc_stride +
+				    b * TQ_BLOCK;
+			switch (g) {
+			case 1:
+				scan_block4(block, nfields, luts[j], out[0]);
+				break;
+			case 2:
+				scan_block4_multi(block, nfields, luts + j, 2,
+				    out);
+				break;
+			case 3:
+				scan_block4_multi(block, nfields, luts + j, 3,
+				    out);
+				break;
+			case 4:
+				scan_block4_multi(block, nfields, luts + j, 4,
+				    out);
+				break;
+			case 5:
+				scan_block4_multi(block, nfields, luts + j, 5,
+				    out);
+				break;
+			case 6:
+				scan_block4_multi(block, nfields, luts + j, 6,
+				    out);
+				break;
+			case 7:
+				scan_block4_multi(block, nfields, luts + j, 7,
+				    out);
+				break;
+			default:
+				scan_block4_multi(block, nfields, luts + j, 8,
+				    out);
+				break;
+			}
 		}
-		for (; j < nq; j++)
-			scan_block4(block, nfields, luts[j],
-			    acc + j * acc_stride + b * TQ_BLOCK);
 	}
 }
 

@@ -21,10 +21,11 @@
 static const struct {
 	const char *name;
 	tq_scan_fn fn;
-	const char *need[3];
+	const char *need[4];
 } kernels[] = {
 	{ "avx2", tq_scan_avx2, { "avx2", "bmi2", NULL } },
-	{ "avx512", tq_scan_avx512, { "avx512bw", "avx512vl", "avx512vbmi" } },
+	{ "avx512", tq_scan_avx512, { "avx512bw", "avx512vl", "avx512vbmi",
+	    "avx512vnni" } },
 };
 #define NKERN (sizeof(kernels) / sizeof(kernels[0]))
 
@@ -65,6 +66,8 @@ cpu_has(const char *feature)
 		return __builtin_cpu_supports("avx512vl");
 	if (strcmp(feature, "avx512vbmi") == 0)
 		return __builtin_cpu_supports("avx512vbmi");
+	if (strcmp(feature, "avx512vnni") == 0)
+		return __builtin_cpu_supports("avx512vnni");
 	return 0;
 }
 
@@ -156,8 +159,8 @@ test_fields6(void)
 /*
  * The multi-query kernels: nq tables of their own kind each (random, all
  * 255, all 0, small), every query's sums equal to the oracle's for its
- * table; nq from 1 to 9 covers whole groups (of two or four) and every
- * remainder.
+ * table; nq from 1 to 17 covers whole groups (of two on AVX2, up to
+ * eight on AVX-512), every remainder and two full groups of eight.
  */
 static void
 test_multi(void)
@@ -173,8 +176,8 @@ test_multi(void)
 		{ "avx2", tq_scan4x_avx2, runnable[0] },
 		{ "avx512", tq_scan4x_avx512, runnable[1] },
 	};
-	const uint8_t *luts[9];
-	uint8_t *lut[9];
+	const uint8_t *luts[17];
+	uint8_t *lut[17];
 
 	for (size_t d = 0; d < sizeof(mk) / sizeof(mk[0]); d++) {
 		int bad = 0;
@@ -187,7 +190,7 @@ test_multi(void)
 		}
 		for (size_t a = 0; a < sizeof(nfs) / sizeof(nfs[0]); a++)
 			for (size_t c = 0; c < sizeof(nbs) / sizeof(nbs[0]); c++)
-				for (unsigned nq = 1; nq <= 9; nq++) {
+				for (unsigned nq = 1; nq <= 17; nq++) {
 					unsigned nf = nfs[a];
 					size_t nb = nbs[c], bb = (size_t)nf * 16;
 					size_t stride = nb * TQ_BLOCK + 5;
@@ -487,7 +490,7 @@ main(void)
 	__builtin_cpu_init();
 	for (k = 0; k < NKERN; k++) {
 		runnable[k] = 1;
-		for (n = 0; n < 3 && kernels[k].need[n] != NULL; n++)
+		for (n = 0; n < 4 && kernels[k].need[n] != NULL; n++)
 			if (!cpu_has(kernels[k].need[n]))
 				runnable[k] = 0;
 	}
