@@ -607,11 +607,14 @@ const struct tq_kernels *tq_kernels(void);
 
 /*
  * The exact key of query vector qv against row x, higher better (l2: minus
- * the squared distance), summed in double in coordinate order: ground
- * truth and re-rank use this one function, so they agree bit for bit.
+ * the squared distance), summed in double: coordinate d in lane d % 8,
+ * the eight lanes added pairwise at the end.  Ground truth and re-rank
+ * use this one function, so they agree bit for bit.
  */
 float tq_exact_key(enum tq_metric m, const float *qv, const float *x,
     uint32_t dim);
+/* sum a[d] * b[d] in double, in the lanes of tq_exact_key. */
+double tq_dot_lanes(const float *a, const float *b, uint32_t dim);
 
 /* A bounded top-k heap of (key, id): higher key better, ties smaller id. */
 struct tq_topk {

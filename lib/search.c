@@ -595,7 +595,8 @@ exact_key(const struct ctx *c, struct worker *w, const float *qv, uint64_t r)
 
 /*
  * The estimated key of stored row r for query i of the chunk with float
- * tables: <R q, yhat> summed exactly instead of through u8 entries.
+ * tables: <R q, yhat> summed in double (the lanes of tq_exact_key)
+ * instead of through u8 entries.
  */
 static float
 refined_key(const struct ctx *c, struct worker *w, size_t i, uint64_t r)
@@ -605,7 +606,8 @@ refined_key(const struct ctx *c, struct worker *w, size_t i, uint64_t r)
 	const float *rq = c->rq + i * c->dim;
 	const float *fs = ix->factors + r / TQ_BLOCK * TQ_BLOCK * TQ_NFACTORS;
 	unsigned j = (unsigned)(r % TQ_BLOCK);
-	double dot = 0.0, ip;
+	float *y = w->row;	/* the row's centroids, dequantized */
+	double dot, ip;
 	uint32_t d;
 
 	if (q->field_bits == 4) {
@@ -615,8 +617,7 @@ refined_key(const struct ctx *c, struct worker *w, size_t i, uint64_t r)
 		 * gathered first, in a loop with no dependency chain and a
 		 * prefetch REFINE_AHEAD bytes on, so the cache misses overlap;
 		 * summing in place stalled on each miss behind the adds (70%
-		 * of refined_key's time).  The products and their order are
-		 * those of the unpacked loop below.
+		 * of refined_key's time).
 		 */
 		const uint8_t *blk = ix->codes + r / TQ_BLOCK * ix->block_bytes +
 		    (j & 15);
@@ -634,15 +635,15 @@ refined_key(const struct ctx *c, struct worker *w, size_t i, uint64_t r)
 		}
 		for (f = 0, d = 0; f < nf; f++)
 			for (unsigned t = 0; t < cpf && d < c->dim; t++, d++)
-				dot += (double)rq[d] * (double)q->centroids[
-				    (unsigned)val[f] >> (t * bits) & mask];
+				y[d] = q->centroids[(unsigned)val[f] >>
+				    (t * bits) & mask];
 	} else {
 		tq_unpack_block_row(q, ix->codes + r / TQ_BLOCK *
 		    ix->block_bytes, j, w->codes);
 		for (d = 0; d < c->dim; d++)
-			dot += (double)rq[d] * (double)q->centroids[
-			    w->codes[d]];
+			y[d] = q->centroids[w->codes[d]];
 	}
+	dot = tq_dot_lanes(rq, y, c->dim);
 	ip = (double)fs[j] * dot + (double)fs[TQ_BLOCK + j] + (double)c->qc[i];
 	if (c->metric == TQ_METRIC_L2)
 		return (float)-((double)c->qn2[i] - 2.0 * ip +

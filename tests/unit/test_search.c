@@ -523,13 +523,33 @@ mem_index_free(struct mem_index *m)
 	free(m->x);
 }
 
+/*
+ * The library's exact sum, written out: sum over d of a[d] * b[d] (l2:
+ * (a[d] - b[d])^2) in double, coordinate d in lane d % 8, the lanes added
+ * pairwise at the end.
+ */
+static double
+ref_sum(int l2, const float *a, const float *b, uint32_t dim)
+{
+	double s[8] = { 0 };
+	uint32_t d;
+
+	for (d = 0; d < dim; d++) {
+		double e = (double)a[d] - (double)b[d];
+
+		s[d % 8] += l2 ? e * e : (double)a[d] * (double)b[d];
+	}
+	return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) +
+	    (s[6] + s[7]));
+}
+
 /* Exact top-k as tq_search's re-rank defines it, by sorting everything. */
 static void
 brute(const struct mem_index *m, const float *query, uint32_t k,
     uint64_t *ids, float *scores)
 {
 	const struct tq_quantizer *q = m->ix.q;
-	uint32_t dim = q->dim, d, t;
+	uint32_t dim = q->dim, t;
 	size_t n = m->ix.n, i;
 	struct pair *all = malloc((n + 1) * sizeof(*all));
 	float *qv = malloc(dim * sizeof(*qv));
@@ -538,17 +558,9 @@ brute(const struct mem_index *m, const float *query, uint32_t k,
 	if (q->metric == TQ_METRIC_COSINE)
 		normalise_rows(qv, 1, dim);
 	for (i = 0; i < n; i++) {
-		double s = 0;
+		double s = ref_sum(q->metric == TQ_METRIC_L2, qv,
+		    m->x + i * dim, dim);
 
-		for (d = 0; d < dim; d++) {
-			if (q->metric == TQ_METRIC_L2) {
-				double e = (double)qv[d] -
-				    (double)m->x[i * dim + d];
-
-				s += e * e;
-			} else
-				s += (double)qv[d] * m->x[i * dim + d];
-		}
 		all[i].key = q->metric == TQ_METRIC_L2 ? (float)-s : (float)s;
 		all[i].id = tq_index_id(&m->ix, i);
 	}
@@ -573,6 +585,7 @@ estimates(const struct mem_index *m, const float *query, float *est,
 	const struct tq_quantizer *q = m->ix.q;
 	uint32_t dim = q->dim, d, f;
 	float *qv = malloc(dim * sizeof(*qv)), *rq = malloc(dim * sizeof(*rq));
+	float *yhat = malloc(dim * sizeof(*yhat));
 	uint8_t *row = malloc(dim);
 	struct tq_lut t;
 	double qc = 0, qn2 = 0;
@@ -602,9 +615,9 @@ estimates(const struct mem_index *m, const float *query, float *est,
 		est[i] = (float)(q->metric == TQ_METRIC_L2 ?
 		    qn2 - 2 * ip + m->fac[i * 3 + 2] : ip);
 		/* The same with float tables: what the refinement computes. */
-		ip = 0;
 		for (d = 0; d < dim; d++)
-			ip += (double)rq[d] * q->centroids[row[d]];
+			yhat[d] = q->centroids[row[d]];
+		ip = ref_sum(0, rq, yhat, dim);
 		ip = (double)m->fac[i * 3] * ip + m->fac[i * 3 + 1] + qc;
 		estf[i] = (float)(q->metric == TQ_METRIC_L2 ?
 		    qn2 - 2 * ip + m->fac[i * 3 + 2] : ip);
@@ -612,6 +625,7 @@ estimates(const struct mem_index *m, const float *query, float *est,
 	free(t.lut);
 	free(qv);
 	free(rq);
+	free(yhat);
 	free(row);
 }
 
@@ -921,25 +935,18 @@ naive_exact(enum tq_metric m, const float *x, size_t n, const float *query,
 	struct pair *all = malloc((n + 1) * sizeof(*all));
 	float *qv = malloc(dim * sizeof(*qv)), *xv = malloc(dim * sizeof(*xv));
 	size_t i;
-	uint32_t d, t;
+	uint32_t t;
 
 	memcpy(qv, query, dim * sizeof(*qv));
 	if (m == TQ_METRIC_COSINE)
 		normalise_rows(qv, 1, dim);
 	for (i = 0; i < n; i++) {
-		double s = 0;
+		double s;
 
 		memcpy(xv, x + i * dim, dim * sizeof(*xv));
 		if (m == TQ_METRIC_COSINE)
 			normalise_rows(xv, 1, dim);
-		for (d = 0; d < dim; d++) {
-			if (m == TQ_METRIC_L2) {
-				double e = (double)qv[d] - xv[d];
-
-				s += e * e;
-			} else
-				s += (double)qv[d] * xv[d];
-		}
+		s = ref_sum(m == TQ_METRIC_L2, qv, xv, dim);
 		all[i].key = m == TQ_METRIC_L2 ? (float)-s : (float)s;
 		all[i].id = i;
 	}
