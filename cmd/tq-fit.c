@@ -8,12 +8,14 @@
 
 static const char usage_str[] =
     "tq-fit [-b bits] [-m metric] [-s seed] [--dataset name] [--no-centre]\n"
-    "              [--rotation auto|dense|structured] [--sample n] [--scale-search]\n"
+    "              [--rotation auto|dense|structured] [--rotation-block n]\n"
+    "              [--sample n] [--scale-search]\n"
     "              [--lists n|auto] [--train n] [--iterations n]\n"
     "              (-d dim | -i corpus) -o quantizer";
 
 enum { OPT_DATASET = 256, OPT_ITERATIONS, OPT_LISTS, OPT_NO_CENTRE,
-    OPT_ROTATION, OPT_SAMPLE, OPT_SCALE_SEARCH, OPT_TRAIN };
+    OPT_ROTATION, OPT_ROTATION_BLOCK, OPT_SAMPLE, OPT_SCALE_SEARCH,
+    OPT_TRAIN };
 
 static const struct option longopts[] = {
 	{ "dataset",		required_argument,	NULL, OPT_DATASET },
@@ -22,6 +24,8 @@ static const struct option longopts[] = {
 	{ "lists",		required_argument,	NULL, OPT_LISTS },
 	{ "no-centre",		no_argument,		NULL, OPT_NO_CENTRE },
 	{ "rotation",		required_argument,	NULL, OPT_ROTATION },
+	{ "rotation-block",	required_argument,	NULL,
+	    OPT_ROTATION_BLOCK },
 	{ "sample",		required_argument,	NULL, OPT_SAMPLE },
 	{ "scale-search",	no_argument,		NULL, OPT_SCALE_SEARCH },
 	{ "train",		required_argument,	NULL, OPT_TRAIN },
@@ -83,6 +87,10 @@ main(int argc, char *argv[])
 		case OPT_ROTATION:
 			p.rotation = parse_rotation(optarg);
 			break;
+		case OPT_ROTATION_BLOCK:
+			p.rotation_block = parse_u32(optarg, 1,
+			    TQ_ROT_BLOCK_MAX, "rotation-block");
+			break;
 		case OPT_SAMPLE:
 			p.sample = parse_u64(optarg, 0, UINT64_MAX, "sample");
 			break;
@@ -106,6 +114,8 @@ main(int argc, char *argv[])
 		usage_error("-o is required");
 	if (p.lists != 0 && corpus == NULL)
 		usage_error("--lists needs -i corpus to fit them");
+	if (p.rotation_block != 0 && p.rotation == TQ_ROT_DENSE)
+		usage_error("--rotation-block needs a structured rotation");
 
 	if (corpus != NULL) {
 		if ((st = tq_reader_open(corpus, dataset, &r)) != TQ_OK)

@@ -319,9 +319,10 @@ enum tq_status tq_codebook(uint32_t d, unsigned bits, float *centroids,
  * into *payload, *len bytes), validated against dim when loaded
  * (tq_rotation_check), and applied to n row vectors: y = R x
  * (tq_rotate) or x = R^T y (tq_rotate_inv).  x and y are n*dim, distinct.
+ * width: a structured rotation's block width, 0 for the default (256).
  */
 enum tq_status tq_rotation_make(uint32_t dim, enum tq_rotation kind,
-    uint64_t seed, float **payload, size_t *len);
+    uint32_t width, uint64_t seed, float **payload, size_t *len);
 enum tq_status tq_rotation_check(uint32_t dim, enum tq_rotation kind,
     const void *payload, size_t len);
 void tq_rotate(const struct tq_quantizer *q, const float *x, size_t n,

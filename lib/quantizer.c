@@ -125,6 +125,13 @@ check_params(const struct tq_fit_params *p)
 	if (p->dim > TQ_MAX_DIM)
 		return tq_fail(TQ_ERR_ARG, "dimension %u out of range 1..%u",
 		    (unsigned)p->dim, (unsigned)TQ_MAX_DIM);
+	if (p->rotation_block > TQ_ROT_BLOCK_MAX)
+		return tq_fail(TQ_ERR_ARG, "rotation block width %u out of "
+		    "range 1..%u", (unsigned)p->rotation_block,
+		    (unsigned)TQ_ROT_BLOCK_MAX);
+	if (p->rotation_block != 0 && p->rotation == TQ_ROT_DENSE)
+		return tq_fail(TQ_ERR_ARG, "a rotation block width needs a "
+		    "structured rotation");
 	return TQ_OK;
 }
 
@@ -321,8 +328,10 @@ tq_quantizer_fit(const struct tq_fit_params *p, struct tq_reader *data,
 	q->bits = p->bits;
 	q->metric = p->metric;
 	q->seed = p->seed;
+	/* A block width asks for a structured rotation. */
 	q->rotation = p->rotation != TQ_ROT_AUTO ? p->rotation :
-	    dim <= TQ_DENSE_MAX_DIM ? TQ_ROT_DENSE : TQ_ROT_STRUCTURED;
+	    dim <= TQ_DENSE_MAX_DIM && p->rotation_block == 0 ? TQ_ROT_DENSE :
+	    TQ_ROT_STRUCTURED;
 	q->nlevels = 1u << p->bits;
 	q->flags = (p->scale_search ? TQ_QFLAG_SCALE_SEARCH : 0) |
 	    (data != NULL && !p->no_centre ? TQ_QFLAG_CENTRED : 0);
@@ -343,8 +352,8 @@ tq_quantizer_fit(const struct tq_fit_params *p, struct tq_reader *data,
 		memset(q->centre, 0, dim * sizeof(float));
 	if (lists != 0 && (st = fit_lists(q, p, &rs, seen)) != TQ_OK)
 		goto fail;
-	if ((st = tq_rotation_make(dim, q->rotation, p->seed, &q->rot,
-	    &q->rot_len)) != TQ_OK)
+	if ((st = tq_rotation_make(dim, q->rotation, p->rotation_block,
+	    p->seed, &q->rot, &q->rot_len)) != TQ_OK)
 		goto fail;
 	if (data != NULL && !p->no_centre)
 		tq_rotate(q, q->centre, 1, q->rcentre);

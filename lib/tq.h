@@ -233,6 +233,7 @@ enum tq_rotation {
 				   about 3 * 256 * d floats */
 };
 #define TQ_DENSE_MAX_DIM 4096u
+#define TQ_ROT_BLOCK_MAX 256u
 
 struct tq_fit_params {
 	uint32_t dim;		/* 1 .. TQ_MAX_DIM; 0 = take it from `data` */
@@ -240,6 +241,11 @@ struct tq_fit_params {
 	enum tq_metric metric;
 	uint64_t seed;		/* rotation seed */
 	enum tq_rotation rotation;
+	uint32_t rotation_block;	/* structured block width, 1 ..
+					   TQ_ROT_BLOCK_MAX, 0 = the maximum;
+					   never narrower than about sqrt(dim),
+					   the cheapest; with auto rotation,
+					   asks for a structured one */
 	int scale_search;	/* 1: exact per-vector scale search on encode */
 	uint64_t sample;	/* read only the first `sample` rows of `data`
 				   (mean and lists); 0 = all */

@@ -265,6 +265,9 @@ tqfile_cases() {
 	    tq-fit -d 8 -o out.tq extra
 	expect 2 '--lists needs -i corpus to fit them' \
 	    '--lists needs -i corpus to fit them' tq-fit -d 8 --lists 2 -o out.tq
+	expect 2 '--rotation-block needs a structured rotation' \
+	    '--rotation-block needs a structured rotation' \
+	    tq-fit -d 8 --rotation dense --rotation-block 4 -o out.tq
 	expect 1 'FILE: N lists need at least N sample rows; the data gave M' \
 	    'c.bin: 400 lists need at least 400 sample rows; the data gave 300' \
 	    tq-fit -i c.bin --lists 400 -o out.tq

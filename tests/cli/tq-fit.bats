@@ -109,6 +109,33 @@ jfield() {
 	"$TQ_BIN/tq-inspect" --verify s.tq
 }
 
+@test "tq-fit --rotation-block: narrow structured blocks, same search results as a wide one" {
+	mkfix c.bin 64 500 5 --clusters 8
+	mkfix q.bin 64 20 6 --clusters 8
+	"$TQ_BIN/tq-fit" -i c.bin --rotation structured -o wide.tq
+	"$TQ_BIN/tq-fit" -i c.bin --rotation-block 8 -o narrow.tq
+	"$TQ_BIN/tq-fit" -i c.bin --rotation-block 1 -o one.tq
+	"$TQ_BIN/tq-inspect" --verify narrow.tq
+	assert_equal "$(jfield narrow.tq rotation)" '"structured"'
+	# 8 blocks of 8 in four rounds against one block of 64 in three.
+	local w n
+	w=$(stat -c %s wide.tq)
+	n=$(stat -c %s narrow.tq)
+	[ "$n" -lt $((w / 4)) ] || { echo "wide $w narrow $n"; false; }
+	cmp narrow.tq one.tq	# 8 = sqrt(64): both the narrowest
+	for r in wide narrow; do
+		"$TQ_BIN/tq-build" -q $r.tq -o $r.tqi c.bin
+		"$TQ_BIN/tq-search" -k 5 --oversample 8 $r.tqi <q.bin >$r.out
+	done
+	# Re-ranked on exact distances, both find the same neighbours.
+	cmp wide.out narrow.out
+	run --separate-stderr "$TQ_BIN/tq-fit" -d 8 --rotation-block 257 -o x.tq
+	assert_status 2
+	run --separate-stderr "$TQ_BIN/tq-fit" -d 8 --rotation-block 0 -o x.tq
+	assert_status 2
+	[ ! -e x.tq ]
+}
+
 @test "tq-fit -i -: reads the corpus from stdin" {
 	mkfix c.bin 16 100 5
 	"$TQ_BIN/tq-fit" -i - -o a.tq <c.bin
