@@ -87,6 +87,8 @@
  */
 #define REFINE 4
 
+/* Candidates whose originals are requested ahead of the re-rank. */
+#define RERANK_AHEAD 4
 /* Prefetch distance of refined_key's gather of a row's nibbles. */
 #define REFINE_AHEAD 2048u
 
@@ -661,6 +663,21 @@ has_id(const struct tq_topk *h, uint64_t id)
 	return 0;
 }
 
+/*
+ * Asks for the original of row r, every cache line of it: the rows of a
+ * query's candidates lie anywhere in the file, each a fresh miss.
+ */
+static void
+prefetch_original(const struct ctx *c, uint64_t r)
+{
+	size_t len = (size_t)c->dim * (c->ix->originals == TQ_ORIG_F16 ? 2 :
+	    4), o;
+	uintptr_t p = (uintptr_t)(c->ix->orig + r * len);
+
+	for (o = 0; o < len; o += 64)
+		__builtin_prefetch((const void *)(p + o));
+}
+
 /* Turns the candidates of query i into its k results, best first. */
 static void
 finish(struct worker *w, size_t i, const struct tq_topk *cand)
@@ -672,8 +689,19 @@ finish(struct worker *w, size_t i, const struct tq_topk *cand)
 	uint32_t t;
 
 	tq_topk_reset(&w->fin);
+	/*
+	 * Re-rank: the originals of the next RERANK_AHEAD candidates are
+	 * requested while one is scored, so their misses overlap.
+	 */
+	if (c->rerank)
+		for (t = 0; t < cand->len && t < RERANK_AHEAD; t++)
+			prefetch_original(c, cand->id[t]);
 	for (t = 0; t < cand->len; t++) {
-		float key = c->rerank ? exact_key(c, w, qv, cand->id[t]) :
+		float key;
+
+		if (c->rerank && t + RERANK_AHEAD < cand->len)
+			prefetch_original(c, cand->id[t + RERANK_AHEAD]);
+		key = c->rerank ? exact_key(c, w, qv, cand->id[t]) :
 		    refined_key(c, w, i, cand->id[t]);
 		uint64_t id = tq_index_id(c->ix, cand->id[t]);
 
@@ -1040,7 +1068,8 @@ scratch_alloc(struct scratch *s, const struct tq_quantizer *q, unsigned nw,
 		if (w->acc == NULL || w->codes == NULL || w->row == NULL ||
 		    w->segs == NULL)
 			return tq_fail(TQ_ERR_NOMEM, "search: sums");
-		for (j = 0; j < QTILE; j++) {
+		/* A tile never holds more queries than a chunk. */
+		for (j = 0; j < QTILE && j < chunk; j++) {
 			w->lut[j].lut = aligned_alloc(64, lutbytes);
 			if (w->lut[j].lut == NULL)
 				return tq_fail(TQ_ERR_NOMEM, "search: tables");
