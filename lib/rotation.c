@@ -16,7 +16,7 @@
  *
  * Structured (TQ_ROT_STRUCTURED), for dimensions where a dense matrix is
  * too large (d = 65536 would be 16 GiB), or where rotating must be cheap.
- * R is a product of three rounds (four with narrow blocks, see below);
+ * R is a product of three rounds (five with narrow blocks, see below);
  * round r maps x to M_r P_r x, where P_r is a permutation (a gather:
  * (P x)[i] = x[perm[i]]) and M_r is block diagonal with nb dense
  * Haar-random orthogonal blocks.  For a block width w (256 unless the
@@ -29,9 +29,16 @@
  * against 615k dense), w <= 28 gives 28 blocks of 28.  Blocks narrower
  * than the default mix less per round: with three rounds of 32 blocks of
  * 32 at d = 1024 the distortion on sparse and smooth inputs was 2 to 8%
- * above dense, with four within 0.4% (test_quantizer), so such layouts
- * take a fourth round (88k multiply-adds at d = 784).
- * Rounds 0, 2 (and 3) use uniformly random permutations.  Round 1 uses
+ * above dense.  At 4 bits over seven seeds, four rounds were 0.7 to 2.3%
+ * above, five 0.3% on average (at most 1.8%; the default layout: 0.3%,
+ * at most 1.2%), so such layouts take five rounds (110k multiply-adds at
+ * d = 784, against 615k dense; test_quantizer checks three seeds), and
+ * their stored blocks H act transposed, v -> H^T v (H^T is as Haar-random
+ * as H): then y_i = sum over j of v_j H[j][i] accumulates in the order
+ * j = 0, 1, ... and vectorises across i exactly, where a dot product per
+ * output in the fixed order of the dot kernels spent most of its time
+ * reducing 16 lanes and in a scalar tail (s = 28: 16 + 12).
+ * Rounds 0, 2 (3, 4) use uniformly random permutations.  Round 1 uses
  * the "transpose" permutation: positions are listed by offset within a
  * round-0 block first, block second (k = 0, 1, ...; b = 0 .. nb-1,
  * skipping k >= s_b), so every round-1 block takes at least one coordinate
@@ -40,7 +47,7 @@
  * needed: Haar blocks are invariant under them.
  *
  * Structured payload, all f32 (integers stored as exact float values):
- *     [0] rounds (3 or 4)   [1] nb
+ *     [0] rounds (3 or 5)   [1] nb
  *     then for each round r = 0 .. rounds-1:
  *         perm:   d values, a permutation of 0 .. d-1
  *         blocks: for b = 0 .. nb-1, s_b x s_b row-major (v_b -> M_b v_b)
@@ -48,7 +55,7 @@
  * Random numbers are drawn in this order: round 0 perm (Fisher-Yates,
  * i = d-1 down to 1, j uniform in 0..i by rejection), round 0 blocks in
  * order (each as the dense construction above at size s_b), round 1
- * blocks, round 2 perm, round 2 blocks, and round 3 likewise.
+ * blocks, round 2 perm, round 2 blocks, and rounds 3 and 4 likewise.
  */
 #include <errno.h>
 #include <math.h>
@@ -58,13 +65,19 @@
 
 #include "internal.h"
 
+#if defined(__SSE2__)
+#include <xmmintrin.h>
+#endif
+
 #define ROT_BLOCK TQ_ROT_BLOCK_MAX
 /* Rounds with the default blocks, and with narrower ones. */
 #define ROT_ROUNDS 3u
-#define ROT_ROUNDS_NARROW 4u
+#define ROT_ROUNDS_NARROW 5u
 /* Rows per step when a block is applied in place through a stack buffer. */
 #define ROT_CHUNK 16u
 #define ROT_MAX_S 260u
+/* Largest dimension a narrow layout rotates row by row (a stack buffer). */
+#define ROT_ROW_MAX 4096u
 
 /* ------------------------------------------------------------------------ */
 /* Random numbers                                                            */
@@ -693,8 +706,9 @@ rows_times_at(const float *x, size_t ldx, size_t n, const float *a,
  * n rows (length m) times the row-major m x k matrix a.
  */
 static void
-rows_times_a(const float *y, size_t ldy, size_t n, const float *a,
-    uint32_t m, uint32_t k, float *x, size_t ldx)
+rows_times_a(const float *restrict y, size_t ldy, size_t n,
+    const float *restrict a, uint32_t m, uint32_t k, float *restrict x,
+    size_t ldx)
 {
 	size_t i;
 	uint32_t o, j;
@@ -709,7 +723,15 @@ rows_times_a(const float *y, size_t ldy, size_t n, const float *a,
 			const float *ao = a + (size_t)o * k;
 			float c = yi[o];
 
-			for (j = 0; j < k; j++)
+			j = 0;
+#if defined(__SSE2__)
+			/* Four columns at once, the same multiply and add. */
+			for (__m128 cv = _mm_set1_ps(c); j + 4 <= k; j += 4)
+				_mm_storeu_ps(xi + j, _mm_add_ps(_mm_loadu_ps(
+				    xi + j), _mm_mul_ps(cv, _mm_loadu_ps(ao +
+				    j))));
+#endif
+			for (; j < k; j++)
 				xi[j] += c * ao[j];
 		}
 	}
@@ -799,18 +821,116 @@ block_apply(float *y, size_t n, uint32_t d, uint32_t off, uint32_t s,
 	}
 }
 
+/*
+ * out[i] = sum over j of in[j] h[j*s + i], for i < s, accumulated from 0
+ * in the order j = 0, 1, ...: what rows_times_a gives for one row, with
+ * 32 columns at a time held in registers instead of reloaded per j.
+ */
+static void
+narrow_block(const float *restrict in, const float *restrict h, uint32_t s,
+    float *restrict out)
+{
+	uint32_t i0 = 0, i, j;
+
+#if defined(__SSE2__)
+	for (; i0 + 4 <= s; i0 += 32) {
+		uint32_t nv = (s - i0) / 4 < 8 ? (s - i0) / 4 : 8, q;
+		__m128 acc[8];
+
+#pragma GCC unroll 8
+		for (q = 0; q < 8; q++)
+			acc[q] = _mm_setzero_ps();
+		for (j = 0; j < s; j++) {
+			__m128 c = _mm_set1_ps(in[j]);
+			const float *hj = h + (size_t)j * s + i0;
+
+#pragma GCC unroll 8
+			for (q = 0; q < 8; q++)
+				if (q < nv)
+					acc[q] = _mm_add_ps(acc[q], _mm_mul_ps(c,
+					    _mm_loadu_ps(hj + 4 * q)));
+		}
+#pragma GCC unroll 8
+		for (q = 0; q < 8; q++)
+			if (q < nv)
+				_mm_storeu_ps(out + i0 + 4 * q, acc[q]);
+		if (nv < 8) {
+			i0 += 4 * nv;
+			break;
+		}
+	}
+#endif
+	for (i = i0; i < s; i++) {
+		float a = 0;
+
+		for (j = 0; j < s; j++)
+			a += in[j] * h[(size_t)j * s + i];
+		out[i] = a;
+	}
+}
+
+/*
+ * One row through a narrow layout (d <= ROT_ROW_MAX), through a buffer
+ * so that the permutations are plain gathers and scatters.
+ */
+static void
+narrow_row(const float *const *round, int nr, uint32_t nb, uint32_t d,
+    float *v, int inv)
+{
+	float tmp[ROT_ROW_MAX];
+	uint32_t b, off, i;
+	int r;
+
+	for (r = inv ? nr - 1 : 0; r >= 0 && r < nr; r += inv ? -1 : 1) {
+		const float *perm = round[r], *m = round[r] + d;
+
+		if (!inv) {
+			for (i = 0; i < d; i++)
+				tmp[i] = v[(uint32_t)perm[i]];
+			for (b = 0, off = 0; b < nb; b++) {
+				uint32_t s = struct_size(d, nb, b);
+
+				narrow_block(tmp + off, m, s, v + off);
+				m += (size_t)s * s;
+				off += s;
+			}
+		} else {
+			for (b = 0, off = 0; b < nb; b++) {
+				uint32_t s = struct_size(d, nb, b);
+
+				rows_times_at(v + off, s, 1, m, s, s, tmp + off,
+				    s);
+				m += (size_t)s * s;
+				off += s;
+			}
+			for (i = 0; i < d; i++)
+				v[(uint32_t)perm[i]] = tmp[i];
+		}
+	}
+}
+
 static void
 structured_apply(const float *rot, uint32_t d, float *y, size_t n, int inv)
 {
 	uint64_t mark[BITMAP_WORDS];
 	uint32_t nb = (uint32_t)rot[1], b, off;	/* checked on load */
 	const int nr = (int)rot[0];	/* checked on load */
+	/*
+	 * A narrow layout's block H acts as v -> H^T v (see the opening
+	 * comment), computed as v^T H by rows_times_a.
+	 */
+	const int tr = nr == (int)ROT_ROUNDS_NARROW;
 	const float *round[ROT_ROUNDS_NARROW];
 	size_t per = (size_t)(struct_floats(d, nb) - 2) / (size_t)nr, t;
 	int r;
 
 	for (r = 0; r < nr; r++)
 		round[r] = rot + 2 + (size_t)r * per;
+	if (tr && d <= ROT_ROW_MAX) {
+		for (t = 0; t < n; t++)
+			narrow_row(round, nr, nb, d, y + t * d, inv);
+		return;
+	}
 	for (r = inv ? nr - 1 : 0; r >= 0 && r < nr; r += inv ? -1 : 1) {
 		const float *perm = round[r], *m = round[r] + d;
 
@@ -820,7 +940,7 @@ structured_apply(const float *rot, uint32_t d, float *y, size_t n, int inv)
 		for (b = 0, off = 0; b < nb; b++) {
 			uint32_t s = struct_size(d, nb, b);
 
-			block_apply(y, n, d, off, s, m, inv);
+			block_apply(y, n, d, off, s, m, inv ^ tr);
 			m += (size_t)s * s;
 			off += s;
 		}

@@ -117,7 +117,7 @@ jfield() {
 	"$TQ_BIN/tq-fit" -i c.bin --rotation-block 1 -o one.tq
 	"$TQ_BIN/tq-inspect" --verify narrow.tq
 	assert_equal "$(jfield narrow.tq rotation)" '"structured"'
-	# 8 blocks of 8 in four rounds against one block of 64 in three.
+	# 8 blocks of 8 in five rounds against one block of 64 in three.
 	local w n
 	w=$(stat -c %s wide.tq)
 	n=$(stat -c %s narrow.tq)

@@ -266,6 +266,66 @@ test_structured(void)
 }
 
 /*
+ * A narrow layout (five rounds) applied as tq(5) says, written out: each
+ * round gathers x'[i] = x[perm[i]], then block k maps v to H^T v, output
+ * i summed from 0 over j = 0, 1, ... of v_j H[j][i] in float.
+ * tq_rotate must give the same bits, row by row (d <= 4096) or in chunks
+ * of rows (larger d).
+ */
+static void
+test_narrow_reference(void)
+{
+	static const uint32_t dims[] = { 300, 784, 5000 };
+	size_t k;
+
+	for (k = 0; k < (quick ? 2 : 3); k++) {
+		uint32_t d = dims[k], nb, nr, r, b, i, j, off;
+		struct tq_quantizer *q = make_qw(d, 4, TQ_METRIC_IP,
+		    TQ_ROT_STRUCTURED, 1, 7, 0);
+		size_t n = 3, t;
+		float *x = gauss_rows(n, d, 0), *y = malloc(n * d * 4);
+		float *v = malloc(d * 4), *w = malloc(d * 4);
+		const float *p;
+		int same = 1;
+
+		nr = (uint32_t)q->rot[0];
+		nb = (uint32_t)q->rot[1];
+		CHECK(nr == 5);
+		tq_rotate(q, x, n, y);
+		for (t = 0; t < n; t++) {
+			memcpy(v, x + t * d, d * 4);
+			p = q->rot + 2;
+			for (r = 0; r < nr; r++) {
+				for (i = 0; i < d; i++)
+					w[i] = v[(uint32_t)p[i]];
+				p += d;
+				for (b = 0, off = 0; b < nb; b++) {
+					uint32_t s = d / nb + (b < d % nb);
+
+					for (i = 0; i < s; i++) {
+						float a = 0;
+
+						for (j = 0; j < s; j++)
+							a += w[off + j] *
+							    p[(size_t)j * s + i];
+						v[off + i] = a;
+					}
+					p += (size_t)s * s;
+					off += s;
+				}
+			}
+			same &= memcmp(v, y + t * d, d * 4) == 0;
+		}
+		CHECK(same);
+		free(x);
+		free(y);
+		free(v);
+		free(w);
+		tq_quantizer_free(q);
+	}
+}
+
+/*
  * A structured header a reader must refuse: nb 0, fractional, with blocks
  * narrower than nb or wider than 260 rows, or the wrong rounds for nb.
  */
@@ -275,13 +335,13 @@ test_structured_header(void)
 	struct tq_quantizer *q = make_qw(300, 4, TQ_METRIC_IP,
 	    TQ_ROT_STRUCTURED, 1, 3, 0);
 	static const float bad[][2] = {
-		{ 4, 0 }, { 4, 17.5f }, { 4, 18 }, { 4, 1 }, { 3, 17 },
-		{ 5, 17 }, { 4, -1 }, { 4, 1e30f }
+		{ 5, 0 }, { 5, 17.5f }, { 5, 18 }, { 5, 1 }, { 3, 17 },
+		{ 4, 17 }, { 5, -1 }, { 5, 1e30f }
 	};
 	uint8_t *buf = malloc(q->rot_len);
 	size_t i;
 
-	CHECK((uint32_t)q->rot[0] == 4 && (uint32_t)q->rot[1] == 17);
+	CHECK((uint32_t)q->rot[0] == 5 && (uint32_t)q->rot[1] == 17);
 	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		memcpy(buf, q->rot, q->rot_len);
 		wr_lef32(buf, bad[i][0]);
@@ -339,21 +399,28 @@ test_structured_vs_dense(void)
 		    TQ_ROT_DENSE, 5, 0);
 		struct tq_quantizer *qs = make_q(d, b, TQ_METRIC_IP,
 		    TQ_ROT_STRUCTURED, 5, 0);
-		/* The narrowest blocks: 32 of 32. */
-		struct tq_quantizer *qn = make_qw(d, b, TQ_METRIC_IP,
-		    TQ_ROT_STRUCTURED, 1, 5, 0);
-		double md = mse_d(qd, x, n), ms = mse_d(qs, x, n);
-		double mn = mse_d(qn, x, n);
+		double md = mse_d(qd, x, n), ms = mse_d(qs, x, n), mn = 0;
+		uint64_t seed;
 
-		CHECK((uint32_t)qn->rot[1] == 32);
+		/*
+		 * The narrowest blocks, 32 of 32, averaged over three seeds:
+		 * one realisation alone moves by 1 to 2% on these inputs.
+		 */
+		for (seed = 5; seed < 8; seed++) {
+			struct tq_quantizer *qn = make_qw(d, b, TQ_METRIC_IP,
+			    TQ_ROT_STRUCTURED, 1, seed, 0);
+
+			CHECK((uint32_t)qn->rot[1] == 32);
+			mn += mse_d(qn, x, n) / 3;
+			tq_quantizer_free(qn);
+		}
 		printf("  d=%u b=%u sparse/smooth mse*d: dense %.5f "
-		    "structured %.5f (ratio %.4f), 32 blocks %.5f (ratio "
-		    "%.4f)\n", (unsigned)d, b, md, ms, ms / md, mn, mn / md);
+		    "structured %.5f (ratio %.4f), 32 blocks (3 seeds) %.5f "
+		    "(ratio %.4f)\n", (unsigned)d, b, md, ms, ms / md, mn, mn / md);
 		CHECK(fabs(ms / md - 1) < 0.02);
 		CHECK(fabs(mn / md - 1) < 0.02);
 		tq_quantizer_free(qd);
 		tq_quantizer_free(qs);
-		tq_quantizer_free(qn);
 	}
 	free(x);
 }
@@ -1107,6 +1174,7 @@ main(void)
 	RUN(test_dense_orthogonal);
 	RUN(test_structured);
 	RUN(test_structured_header);
+	RUN(test_narrow_reference);
 	RUN(test_structured_vs_dense);
 	RUN(test_seed);
 	RUN(test_packing);
