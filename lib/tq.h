@@ -228,9 +228,10 @@ struct tq_quantizer;
 enum tq_rotation {
 	TQ_ROT_AUTO = 0,	/* dense up to TQ_DENSE_MAX_DIM, else structured */
 	TQ_ROT_DENSE = 1,	/* Haar-random orthogonal d x d (QR, LAPACK) */
-	TQ_ROT_STRUCTURED = 2	/* three rounds of permutation + dense Haar
-				   blocks of ~256 that mix all coordinates;
-				   about 3 * 256 * d floats */
+	TQ_ROT_STRUCTURED = 2	/* rounds of permutation + dense Haar blocks
+				   that mix all coordinates: three of ~256
+				   wide (about 3 * 256 * d floats), or five
+				   of a narrower rotation_block */
 };
 #define TQ_DENSE_MAX_DIM 4096u
 #define TQ_ROT_BLOCK_MAX 256u
