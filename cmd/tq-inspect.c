@@ -39,6 +39,10 @@ print_text(const struct tq_file_info *fi, int verified)
 	printf("metric %s\n", tq_metric_name(fi->metric));
 	printf("seed %llu\n", (unsigned long long)fi->seed);
 	printf("rotation %s\n", rotation_name(fi->rotation));
+	if (fi->rotation == TQ_ROT_STRUCTURED)
+		printf("rotation-blocks %u in %u rounds\n",
+		    (unsigned)fi->rotation_blocks,
+		    (unsigned)fi->rotation_rounds);
 	printf("centred %s\n", fi->centred ? "yes" : "no");
 	printf("scale-search %s\n", fi->scale_search ? "yes" : "no");
 	if (fi->lists > 0)
@@ -83,6 +87,10 @@ print_json(const char *path, const struct tq_file_info *fi, int verified)
 	    tq_metric_name(fi->metric), (unsigned long long)fi->seed,
 	    rotation_name(fi->rotation), fi->centred ? "true" : "false",
 	    fi->scale_search ? "true" : "false");
+	if (fi->rotation == TQ_ROT_STRUCTURED)
+		printf(",\"rotation_blocks\":%u,\"rotation_rounds\":%u",
+		    (unsigned)fi->rotation_blocks,
+		    (unsigned)fi->rotation_rounds);
 	printf(",\"lists\":%u", (unsigned)fi->lists);
 	if (fi->kind == TQ_FILE_INDEX)
 		printf(",\"vectors\":%llu,\"originals\":\"%s\","

@@ -970,6 +970,10 @@ describe_quantizer(const struct tq_quantizer *q, struct tq_file_info *out)
 	out->metric = q->metric;
 	out->seed = q->seed;
 	out->rotation = q->rotation;
+	if (q->rotation == TQ_ROT_STRUCTURED) {	/* the checked header */
+		out->rotation_rounds = (uint32_t)q->rot[0];
+		out->rotation_blocks = (uint32_t)q->rot[1];
+	}
 	out->centred = (q->flags & TQ_QFLAG_CENTRED) != 0;
 	out->scale_search = (q->flags & TQ_QFLAG_SCALE_SEARCH) != 0;
 }

@@ -558,6 +558,8 @@ struct tq_file_info {
 	enum tq_metric metric;
 	uint64_t seed;
 	enum tq_rotation rotation;
+	uint32_t rotation_blocks;	/* structured: blocks per round */
+	uint32_t rotation_rounds;	/* structured: 3, or 5 if narrow */
 	int centred;
 	int scale_search;
 	/* index (zero for a quantizer file) */

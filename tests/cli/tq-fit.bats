@@ -117,6 +117,11 @@ jfield() {
 	"$TQ_BIN/tq-fit" -i c.bin --rotation-block 1 -o one.tq
 	"$TQ_BIN/tq-inspect" --verify narrow.tq
 	assert_equal "$(jfield narrow.tq rotation)" '"structured"'
+	assert_equal "$(jfield narrow.tq rotation_blocks)" 8
+	assert_equal "$(jfield narrow.tq rotation_rounds)" 5
+	assert_equal "$(jfield wide.tq rotation_blocks)" 1
+	assert_equal "$(jfield wide.tq rotation_rounds)" 3
+	"$TQ_BIN/tq-inspect" narrow.tq | grep -qx 'rotation-blocks 8 in 5 rounds'
 	# 8 blocks of 8 in five rounds against one block of 64 in three.
 	local w n
 	w=$(stat -c %s wide.tq)
