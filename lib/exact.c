@@ -68,97 +68,62 @@ reduce8(const double s[8])
 	    ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
-double
-tq_dot_lanes(const float *a, const float *b, uint32_t dim)
+/*
+ * sum over d of a[d] * b[d], or with l2 of (a[d] - b[d])^2, in the lanes
+ * of reduce8; inlined with l2 constant.
+ */
+static inline __attribute__((always_inline)) double
+lanes(const float *a, const float *b, uint32_t dim, int l2)
 {
 	double s[8] = { 0 };
 	uint32_t d = 0, l;
 
 #if defined(__SSE2__)
 	/* Lanes 0-1, 2-3, 4-5, 6-7 in four registers: the same operations. */
-	__m128d s01 = _mm_setzero_pd(), s23 = _mm_setzero_pd();
-	__m128d s45 = _mm_setzero_pd(), s67 = _mm_setzero_pd();
+	__m128d acc[4] = { _mm_setzero_pd(), _mm_setzero_pd(),
+	    _mm_setzero_pd(), _mm_setzero_pd() };
 
 	for (; d + 8 <= dim; d += 8) {
 		__m128 a0 = _mm_loadu_ps(a + d), a1 = _mm_loadu_ps(a + d + 4);
 		__m128 b0 = _mm_loadu_ps(b + d), b1 = _mm_loadu_ps(b + d + 4);
+		__m128d x[4] = { _mm_cvtps_pd(a0),
+		    _mm_cvtps_pd(_mm_movehl_ps(a0, a0)), _mm_cvtps_pd(a1),
+		    _mm_cvtps_pd(_mm_movehl_ps(a1, a1)) };
+		__m128d y[4] = { _mm_cvtps_pd(b0),
+		    _mm_cvtps_pd(_mm_movehl_ps(b0, b0)), _mm_cvtps_pd(b1),
+		    _mm_cvtps_pd(_mm_movehl_ps(b1, b1)) };
 
-		s01 = _mm_add_pd(s01, _mm_mul_pd(_mm_cvtps_pd(a0),
-		    _mm_cvtps_pd(b0)));
-		s23 = _mm_add_pd(s23, _mm_mul_pd(_mm_cvtps_pd(
-		    _mm_movehl_ps(a0, a0)), _mm_cvtps_pd(_mm_movehl_ps(b0,
-		    b0))));
-		s45 = _mm_add_pd(s45, _mm_mul_pd(_mm_cvtps_pd(a1),
-		    _mm_cvtps_pd(b1)));
-		s67 = _mm_add_pd(s67, _mm_mul_pd(_mm_cvtps_pd(
-		    _mm_movehl_ps(a1, a1)), _mm_cvtps_pd(_mm_movehl_ps(b1,
-		    b1))));
+		for (l = 0; l < 4; l++) {
+			__m128d e = l2 ? _mm_sub_pd(x[l], y[l]) : x[l];
+
+			acc[l] = _mm_add_pd(acc[l], _mm_mul_pd(e, l2 ? e :
+			    y[l]));
+		}
 	}
-	_mm_storeu_pd(s, s01);
-	_mm_storeu_pd(s + 2, s23);
-	_mm_storeu_pd(s + 4, s45);
-	_mm_storeu_pd(s + 6, s67);
-#else
-	for (; d + 8 <= dim; d += 8)
-		for (l = 0; l < 8; l++)
-			s[l] += (double)a[d + l] * (double)b[d + l];
+	for (l = 0; l < 4; l++)
+		_mm_storeu_pd(s + 2 * l, acc[l]);
 #endif
-	for (l = 0; d < dim; d++, l++)
-		s[l] += (double)a[d] * (double)b[d];
+	/* The rest (all of it without SSE2), coordinate d in lane d % 8. */
+	for (; d < dim; d++) {
+		double e = (double)a[d] - (double)b[d];
+
+		s[d % 8] += l2 ? e * e : (double)a[d] * (double)b[d];
+	}
 	return reduce8(s);
 }
 
-static double
-l2_lanes(const float *a, const float *b, uint32_t dim)
+double
+tq_dot_lanes(const float *a, const float *b, uint32_t dim)
 {
-	double s[8] = { 0 };
-	uint32_t d = 0, l;
-
-#if defined(__SSE2__)
-	__m128d s01 = _mm_setzero_pd(), s23 = _mm_setzero_pd();
-	__m128d s45 = _mm_setzero_pd(), s67 = _mm_setzero_pd();
-
-	for (; d + 8 <= dim; d += 8) {
-		__m128 a0 = _mm_loadu_ps(a + d), a1 = _mm_loadu_ps(a + d + 4);
-		__m128 b0 = _mm_loadu_ps(b + d), b1 = _mm_loadu_ps(b + d + 4);
-		__m128d e01 = _mm_sub_pd(_mm_cvtps_pd(a0), _mm_cvtps_pd(b0));
-		__m128d e23 = _mm_sub_pd(_mm_cvtps_pd(_mm_movehl_ps(a0, a0)),
-		    _mm_cvtps_pd(_mm_movehl_ps(b0, b0)));
-		__m128d e45 = _mm_sub_pd(_mm_cvtps_pd(a1), _mm_cvtps_pd(b1));
-		__m128d e67 = _mm_sub_pd(_mm_cvtps_pd(_mm_movehl_ps(a1, a1)),
-		    _mm_cvtps_pd(_mm_movehl_ps(b1, b1)));
-
-		s01 = _mm_add_pd(s01, _mm_mul_pd(e01, e01));
-		s23 = _mm_add_pd(s23, _mm_mul_pd(e23, e23));
-		s45 = _mm_add_pd(s45, _mm_mul_pd(e45, e45));
-		s67 = _mm_add_pd(s67, _mm_mul_pd(e67, e67));
-	}
-	_mm_storeu_pd(s, s01);
-	_mm_storeu_pd(s + 2, s23);
-	_mm_storeu_pd(s + 4, s45);
-	_mm_storeu_pd(s + 6, s67);
-#else
-	for (; d + 8 <= dim; d += 8)
-		for (l = 0; l < 8; l++) {
-			double e = (double)a[d + l] - (double)b[d + l];
-
-			s[l] += e * e;
-		}
-#endif
-	for (l = 0; d < dim; d++, l++) {
-		double e = (double)a[d] - (double)b[d];
-
-		s[l] += e * e;
-	}
-	return reduce8(s);
+	return lanes(a, b, dim, 0);
 }
 
 float
 tq_exact_key(enum tq_metric m, const float *qv, const float *x, uint32_t dim)
 {
 	if (m == TQ_METRIC_L2)
-		return (float)-l2_lanes(qv, x, dim);
-	return (float)tq_dot_lanes(qv, x, dim);
+		return (float)-lanes(qv, x, dim, 1);
+	return (float)lanes(qv, x, dim, 0);
 }
 
 static void *

@@ -387,6 +387,12 @@ tq_scan_avx512(const uint8_t *blocks, size_t nblocks, size_t block_bytes,
 		    nfields, lut, acc + b * TQ_BLOCK, NULL);
 }
 
+/* One group size, for which scan_block4_multi is inlined with nq fixed. */
+#define MULTI_CASE(n)							\
+	case n:								\
+		scan_block4_multi(block, nfields, luts + j, n, out);	\
+		break
+
 void
 tq_scan4x_avx512(const uint8_t *blocks, size_t nblocks, size_t block_bytes,
     unsigned nfields, const uint8_t *const *luts, unsigned nq,
@@ -409,33 +415,15 @@ tq_scan4x_avx512(const uint8_t *blocks, size_t nblocks, size_t block_bytes,
 			case 1:
 				scan_block4(block, nfields, luts[j], out[0]);
 				break;
-			case 2:
-				scan_block4_multi(block, nfields, luts + j, 2,
-				    out);
-				break;
-			case 3:
-				scan_block4_multi(block, nfields, luts + j, 3,
-				    out);
-				break;
-			case 4:
-				scan_block4_multi(block, nfields, luts + j, 4,
-				    out);
-				break;
-			case 5:
-				scan_block4_multi(block, nfields, luts + j, 5,
-				    out);
-				break;
-			case 6:
-				scan_block4_multi(block, nfields, luts + j, 6,
-				    out);
-				break;
-			case 7:
-				scan_block4_multi(block, nfields, luts + j, 7,
-				    out);
-				break;
+			MULTI_CASE(2);
+			MULTI_CASE(3);
+			MULTI_CASE(4);
+			MULTI_CASE(5);
+			MULTI_CASE(6);
+			MULTI_CASE(7);
 			default:
-				scan_block4_multi(block, nfields, luts + j, 8,
-				    out);
+				scan_block4_multi(block, nfields, luts + j,
+				    MULTI_MAX, out);
 				break;
 			}
 		}
