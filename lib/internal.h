@@ -323,6 +323,9 @@ enum tq_status tq_codebook(uint32_t d, unsigned bits, float *centroids,
  */
 enum tq_status tq_rotation_make(uint32_t dim, enum tq_rotation kind,
     uint32_t width, uint64_t seed, float **payload, size_t *len);
+/* The kind TQ_ROT_AUTO stands for at dim with block width (0: none). */
+enum tq_rotation tq_rotation_resolve(uint32_t dim, enum tq_rotation kind,
+    uint32_t width);
 enum tq_status tq_rotation_check(uint32_t dim, enum tq_rotation kind,
     const void *payload, size_t len);
 void tq_rotate(const struct tq_quantizer *q, const float *x, size_t n,

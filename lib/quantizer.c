@@ -328,10 +328,7 @@ tq_quantizer_fit(const struct tq_fit_params *p, struct tq_reader *data,
 	q->bits = p->bits;
 	q->metric = p->metric;
 	q->seed = p->seed;
-	/* A block width asks for a structured rotation. */
-	q->rotation = p->rotation != TQ_ROT_AUTO ? p->rotation :
-	    dim <= TQ_DENSE_MAX_DIM && p->rotation_block == 0 ? TQ_ROT_DENSE :
-	    TQ_ROT_STRUCTURED;
+	q->rotation = tq_rotation_resolve(dim, p->rotation, p->rotation_block);
 	q->nlevels = 1u << p->bits;
 	q->flags = (p->scale_search ? TQ_QFLAG_SCALE_SEARCH : 0) |
 	    (data != NULL && !p->no_centre ? TQ_QFLAG_CENTRED : 0);
