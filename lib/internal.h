@@ -489,16 +489,40 @@ static inline uint64_t tq_index_id(const struct tq_index *ix, uint64_t i)
 /* Search internals                                                          */
 
 /*
- * Per-query lookup tables: for each field f, `entries` (16 or 64) u8
- * values lut[f * entries + v], and the affine map back to the float inner
- * product <R q, yhat> ~= scale * sum + bias.
+ * Per-query tables, in one of two forms, and the affine map back to the
+ * float inner product <R q, yhat> ~= scale * sum + bias.
+ *
+ * Lookup form (fields of several coordinates: 1, 2 and 3 bits): for each
+ * field f, `entries` (16 or 64) u8 values lut[f * entries + v]; the sum
+ * adds one entry per field.
+ *
+ * Dot form (`dot`: one 4-bit coordinate per field): the query as int8,
+ * q8[f] = round(rq[f] * (127 / max |rq|)), ties to even (0 past dim and
+ * up to TQ_DOT_PAD fields), and the 16 levels as 7-bit integers, c7[v] =
+ * round((centroid[v] - centroid[0]) / sc) with sc = (centroid[15] -
+ * centroid[0]) / 127.  The sum is the exact int32 dot product
+ * sum_f q8[f] * c7[code f], so with sq = max |rq| / 127, scale = sq * sc
+ * and bias = sq * centroid[0] * sum_f q8[f].  Products of int8 and u8 are what VNNI and
+ * AMX multiply natively, and sixteen times fewer table bytes than the
+ * lookup form.
+ *
+ * err bounds |scale * sum + bias - <R q, yhat>| from the rounding alone,
+ * for any codes.
  */
 struct tq_lut {
-	uint8_t *lut;		/* nfields * entries */
-	unsigned entries;
+	uint8_t *lut;		/* lookup: nfields * entries; dot: q8 */
+	unsigned entries;	/* lookup form: 16 or 64 */
+	int dot;		/* the dot form */
 	float scale;
 	float bias;
+	float err;
+	uint8_t c7[16];		/* dot form: the levels */
 };
+
+/* The dot form's q8 is zero-padded to a multiple of this many fields. */
+#define TQ_DOT_PAD 64u
+/* Does quantizer q score through the dot form? */
+#define TQ_DOT_FORM(q) ((q)->coords_per_field == 1 && (q)->field_bits == 4)
 
 /* Builds quantized tables from a rotated query (dim floats). */
 void tq_lut_build(const struct tq_quantizer *q, const float *rq,
@@ -526,6 +550,32 @@ void tq_scan_avx512(const uint8_t *blocks, size_t nblocks,
 
 /* The kernel chosen for this machine (TQ_ISA overrides). */
 tq_scan_fn tq_scan_kernel(void);
+
+/*
+ * The dot form's kernel, for nq queries over the same 4-bit blocks: for
+ * j < nq and block b, acc[j * acc_stride + b * 32 + v] = the int32 (as
+ * u32 bits) sum over fields f < nfields of q8[j * q8_stride + f] *
+ * c7[field f of vector v].  Each q8 row holds nfields rounded up to
+ * TQ_DOT_PAD values, zero past nfields; nq >= 1.  |sum| <= 127 * 127 *
+ * 65536 < 2^31.  Every kernel gives the same sums as tq_scand_scalar.
+ */
+typedef void (*tq_scand_fn)(const uint8_t *blocks, size_t nblocks,
+    size_t block_bytes, unsigned nfields, const int8_t *q8, size_t q8_stride,
+    unsigned nq, const uint8_t c7[16], uint32_t *acc, size_t acc_stride);
+void tq_scand_scalar(const uint8_t *blocks, size_t nblocks,
+    size_t block_bytes, unsigned nfields, const int8_t *q8, size_t q8_stride,
+    unsigned nq, const uint8_t c7[16], uint32_t *acc, size_t acc_stride);
+void tq_scand_avx2(const uint8_t *blocks, size_t nblocks,
+    size_t block_bytes, unsigned nfields, const int8_t *q8, size_t q8_stride,
+    unsigned nq, const uint8_t c7[16], uint32_t *acc, size_t acc_stride);
+void tq_scand_avx512(const uint8_t *blocks, size_t nblocks,
+    size_t block_bytes, unsigned nfields, const int8_t *q8, size_t q8_stride,
+    unsigned nq, const uint8_t c7[16], uint32_t *acc, size_t acc_stride);
+void tq_scand_amx(const uint8_t *blocks, size_t nblocks,
+    size_t block_bytes, unsigned nfields, const int8_t *q8, size_t q8_stride,
+    unsigned nq, const uint8_t c7[16], uint32_t *acc, size_t acc_stride);
+/* May this thread run AMX tile instructions?  Asks the kernel once. */
+int tq_amx_usable(void);
 
 /*
  * Several queries over the same 4-bit blocks: for j < nq, writes to
@@ -606,6 +656,12 @@ struct tq_kernels {
 	tq_f16_fn f16;
 	tq_scan4x_fn scan4x;	/* NULL: scan query by query */
 	tq_keys_fn keys;
+	tq_scand_fn scand;	/* the dot form, one query or few */
+	/*
+	 * The dot form for a tile of up to 16 queries (AMX), or NULL: scand
+	 * serves tiles too.
+	 */
+	tq_scand_fn scand_tile;
 };
 const struct tq_kernels *tq_kernels(void);
 

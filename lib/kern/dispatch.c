@@ -5,15 +5,22 @@
  * instruction sets, and xgetbv for whether the operating system saves the
  * YMM / ZMM registers on a context switch (a CPU with AVX-512 under an OS
  * that does not enable it must not run AVX-512 code).  The environment
- * variable TQ_ISA=scalar|avx2|avx512 caps the choice, for tests and
+ * variable TQ_ISA=scalar|avx2|avx512|amx caps the choice, for tests and
  * comparisons; any other value is ignored.  A kernel that was not compiled
  * in or that the machine cannot run falls back along the chain
- * avx512 -> avx2 -> scalar.
+ * amx -> avx512 -> avx2 -> scalar.
+ *
+ * AMX needs more than cpuid and xgetbv: Linux allocates a thread's 8 KiB
+ * of tile data only for a process that asked for it (arch_prctl
+ * ARCH_REQ_XCOMP_PERM), and a tile instruction without that permission
+ * dies of SIGILL.  The request is made once, here; a kernel that refuses
+ * it leaves AMX out.  The permission covers the whole process and its
+ * later threads.
  *
  * Adding a kernel is one entry in `kernels` below, guarded by the macro
  * the build defines when its source file is compiled in (TQ_HAVE_AVX2,
- * TQ_HAVE_AVX512).  Every kernel must produce the same sums as
- * tq_scan_scalar.
+ * TQ_HAVE_AVX512, TQ_HAVE_AMX).  Every kernel must produce the same sums
+ * as tq_scan_scalar and tq_scand_scalar.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -22,6 +29,11 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #define TQ_X86 1
+#endif
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#define TQ_LINUX_X86_64 1
 #endif
 
 #include "internal.h"
@@ -38,7 +50,8 @@ enum {
 	F_AVX512VL = 1u << 7,
 	F_AVX512VBMI = 1u << 8,
 	F_AVX512VNNI = 1u << 9,
-	F_F16C = 1u << 10
+	F_F16C = 1u << 10,
+	F_AMX = 1u << 11	/* AMX-TILE, AMX-INT8, OS state and permission */
 };
 
 static const struct {
@@ -56,6 +69,7 @@ static const struct {
 	{ F_AVX512VL, "avx512vl" },
 	{ F_AVX512VBMI, "avx512vbmi" },
 	{ F_AVX512VNNI, "avx512vnni" },
+	{ F_AMX, "amx-int8" },
 };
 
 /*
@@ -67,21 +81,31 @@ static const struct {
 	struct tq_kernels k;
 	unsigned need;
 } kernels[] = {
+	/* AVX-512's kernels, and AMX for tiles of queries. */
+	{ { "amx",
+#if defined(TQ_HAVE_AVX512) && defined(TQ_HAVE_AMX)
+	    tq_scan_avx512, tq_dot_avx512, tq_f16_avx512, tq_scan4x_avx512,
+	    tq_keys_avx512, tq_scand_avx512, tq_scand_amx },
+#else
+	    NULL, NULL, NULL, NULL, NULL, NULL, NULL },
+#endif
+	    F_AVX512F | F_AVX512BW | F_AVX512VL | F_AVX512VBMI | F_AVX512VNNI |
+	    F_BMI2 | F_AMX },
 	{ { "avx512",
 #ifdef TQ_HAVE_AVX512
 	    tq_scan_avx512, tq_dot_avx512, tq_f16_avx512, tq_scan4x_avx512,
-	    tq_keys_avx512 },
+	    tq_keys_avx512, tq_scand_avx512, NULL },
 #else
-	    NULL, NULL, NULL, NULL, NULL },
+	    NULL, NULL, NULL, NULL, NULL, NULL, NULL },
 #endif
 	    F_AVX512F | F_AVX512BW | F_AVX512VL | F_AVX512VBMI | F_AVX512VNNI |
 	    F_BMI2 },
 	{ { "avx2",
 #ifdef TQ_HAVE_AVX2
 	    tq_scan_avx2, tq_dot_avx2, tq_f16_avx2, tq_scan4x_avx2,
-	    tq_keys_avx2 },
+	    tq_keys_avx2, tq_scand_avx2, NULL },
 #else
-	    NULL, NULL, NULL, NULL, NULL },
+	    NULL, NULL, NULL, NULL, NULL, NULL, NULL },
 #endif
 	    F_AVX2 | F_FMA | F_BMI2 | F_F16C },
 	/* The baseline: x86-64 always has SSE2. */
@@ -91,7 +115,8 @@ static const struct {
 #else
 	    tq_dot_portable,
 #endif
-	    tq_f16_portable, NULL, tq_keys_scalar }, 0 },
+	    tq_f16_portable, NULL, tq_keys_scalar, tq_scand_scalar, NULL },
+	    0 },
 };
 #define NKERNELS (sizeof(kernels) / sizeof(kernels[0]))
 
@@ -112,11 +137,27 @@ xgetbv0(void)
 	return (uint64_t)hi << 32 | lo;
 }
 
+/*
+ * Asks Linux for this process's tile data (see the opening comment);
+ * nonzero if granted.
+ */
+static int
+amx_permit(void)
+{
+#if defined(TQ_LINUX_X86_64) && defined(TQ_HAVE_AMX)
+	const long req_xcomp_perm = 0x1023, xtiledata = 18;
+
+	return syscall(SYS_arch_prctl, req_xcomp_perm, xtiledata) == 0;
+#else
+	return 0;
+#endif
+}
+
 static unsigned
 detect(void)
 {
 	unsigned a, b, c, d, have = 0, max;
-	int ymm = 0, zmm = 0;
+	int ymm = 0, zmm = 0, amx_state = 0;
 
 	if (!__get_cpuid(0, &max, &b, &c, &d) || max < 1)
 		return 0;
@@ -129,6 +170,8 @@ detect(void)
 
 		ymm = (xcr0 & 0x6) == 0x6;		/* XMM, YMM */
 		zmm = ymm && (xcr0 & 0xe0) == 0xe0;	/* opmask, ZMM */
+		/* XTILECFG, XTILEDATA */
+		amx_state = (xcr0 & 0x60000) == 0x60000;
 	}
 	if (ymm && (c & (1u << 28)))
 		have |= F_AVX;
@@ -153,6 +196,9 @@ detect(void)
 			if (c & (1u << 11))
 				have |= F_AVX512VNNI;
 		}
+		if (amx_state && (d & (3u << 24)) == (3u << 24) &&
+		    amx_permit())
+			have |= F_AMX;
 	}
 	return have;
 }
@@ -218,6 +264,13 @@ const char *
 tq_kernel_name(void)
 {
 	return tq_kernels()->name;
+}
+
+int
+tq_amx_usable(void)
+{
+	pthread_once(&once, init);
+	return (cpu_have & F_AMX) != 0;
 }
 
 const char *

@@ -52,6 +52,7 @@
  * the multi-query speed: the search allocates them 64-byte aligned.
  */
 #include <immintrin.h>
+#include <string.h>
 
 #include "internal.h"
 
@@ -271,7 +272,6 @@ scan_block4_multi(const uint8_t *block, unsigned nfields,
 }
 
 #undef K4_STEP
-#undef K4_STORE
 
 /* Row r (32 bytes) of block p0 in the low half, of block p1 in the high. */
 static inline __m512i
@@ -429,6 +429,156 @@ tq_scan4x_avx512(const uint8_t *blocks, size_t nblocks, size_t block_bytes,
 		}
 	}
 }
+
+/*
+ * The dot form (internal.h, struct tq_lut).  The transposition of the
+ * lookup form puts the four fields of vector j (low nibbles) and j + 16
+ * (high) in dword j; one vpshufb per half turns the nibbles into 7-bit
+ * levels, once for all the queries scanned together.  A query then costs
+ * one vpdpbusd per half per 64 bytes of codes, its four int8 values
+ * broadcast from memory (u8 levels times s8 query, four products summed
+ * into an int32 lane): two operations where the lookup form needs two
+ * vpermb and two vpdpbusd.
+ */
+struct kd {
+	__m512i tr, low4, c7;
+};
+
+static inline struct kd
+kd_init(const uint8_t c7[16])
+{
+	struct kd k;
+
+	k.tr = load_u8x64(transpose4x16);
+	k.low4 = _mm512_set1_epi8(0x0f);
+	k.c7 = _mm512_broadcast_i32x4(_mm_loadu_si128((const void *)c7));
+	return k;
+}
+
+/* The levels of the 64 bytes at p: vectors 0..15 and 16..31. */
+static inline void
+kd_levels(const struct kd *k, const uint8_t *p, __m512i *lo_u8x64,
+    __m512i *hi_u8x64)
+{
+	__m512i xt_u8x64 = _mm512_permutexvar_epi8(k->tr, load_u8x64(p));
+
+	*lo_u8x64 = _mm512_shuffle_epi8(k->c7, _mm512_and_si512(xt_u8x64,
+	    k->low4));
+	*hi_u8x64 = _mm512_shuffle_epi8(k->c7,
+	    _mm512_and_si512(_mm512_srli_epi16(xt_u8x64, 4), k->low4));
+}
+
+/* Four int8 values at p, broadcast to every dword. */
+static inline __m512i
+q8x4(const int8_t *p)
+{
+	int32_t v;
+
+	memcpy(&v, p, sizeof(v));
+	return _mm512_set1_epi32(v);
+}
+
+/*
+ * nq (1..8) queries over one block, as scan_block4_multi: inlined with nq
+ * constant, the sums in named registers.
+ */
+#define KD_STEP(i)							\
+	do {								\
+		if ((i) < nq) {						\
+			__m512i q_s8x64 = q8x4(q8 + (i) * q8_stride + f); \
+									\
+			lo##i = _mm512_dpbusd_epi32(lo##i, l_u8x64,	\
+			    q_s8x64);					\
+			hi##i = _mm512_dpbusd_epi32(hi##i, h_u8x64,	\
+			    q_s8x64);					\
+		}							\
+	} while (0)
+
+static inline __attribute__((always_inline)) void
+scand_block(const struct kd *k, const uint8_t *block, unsigned nfields,
+    const int8_t *q8, size_t q8_stride, unsigned nq, uint32_t *const *out)
+{
+	__m512i lo0 = _mm512_setzero_si512(), hi0 = _mm512_setzero_si512();
+	__m512i lo1 = _mm512_setzero_si512(), hi1 = _mm512_setzero_si512();
+	__m512i lo2 = _mm512_setzero_si512(), hi2 = _mm512_setzero_si512();
+	__m512i lo3 = _mm512_setzero_si512(), hi3 = _mm512_setzero_si512();
+	__m512i lo4 = _mm512_setzero_si512(), hi4 = _mm512_setzero_si512();
+	__m512i lo5 = _mm512_setzero_si512(), hi5 = _mm512_setzero_si512();
+	__m512i lo6 = _mm512_setzero_si512(), hi6 = _mm512_setzero_si512();
+	__m512i lo7 = _mm512_setzero_si512(), hi7 = _mm512_setzero_si512();
+	__m512i l_u8x64, h_u8x64;
+	unsigned f;
+
+	for (f = 0; f < nfields; f += 4) {
+		prefetch_ahead(block + (size_t)f * 16);
+		kd_levels(k, block + (size_t)f * 16, &l_u8x64, &h_u8x64);
+		KD_STEP(0);
+		KD_STEP(1);
+		KD_STEP(2);
+		KD_STEP(3);
+		KD_STEP(4);
+		KD_STEP(5);
+		KD_STEP(6);
+		KD_STEP(7);
+	}
+	K4_STORE(0);
+	K4_STORE(1);
+	K4_STORE(2);
+	K4_STORE(3);
+	K4_STORE(4);
+	K4_STORE(5);
+	K4_STORE(6);
+	K4_STORE(7);
+}
+
+#undef KD_STEP
+#undef K4_STORE
+
+/* One group size, for which scand_block is inlined with nq fixed. */
+#define DOT_CASE(n)							\
+	case n:								\
+		scand_block(&k, block, nfields, q8 + j * q8_stride,	\
+		    q8_stride, n, out);					\
+		break
+
+void
+tq_scand_avx512(const uint8_t *blocks, size_t nblocks, size_t block_bytes,
+    unsigned nfields, const int8_t *q8, size_t q8_stride, unsigned nq,
+    const uint8_t c7[16], uint32_t *acc, size_t acc_stride)
+{
+	const struct kd k = kd_init(c7);
+	size_t b;
+	unsigned j, g, i;
+
+	for (b = 0; b < nblocks; b++) {
+		const uint8_t *block = blocks + b * block_bytes;
+
+		for (j = 0; j < nq; j += g) {
+			uint32_t *out[MULTI_MAX];
+
+			g = nq - j < MULTI_MAX ? nq - j : MULTI_MAX;
+			for (i = 0; i < g; i++)
+				out[i] = acc + (j + i) * acc_stride +
+				    b * TQ_BLOCK;
+			switch (g) {
+			DOT_CASE(1);
+			DOT_CASE(2);
+			DOT_CASE(3);
+			DOT_CASE(4);
+			DOT_CASE(5);
+			DOT_CASE(6);
+			DOT_CASE(7);
+			default:
+				scand_block(&k, block, nfields,
+				    q8 + j * q8_stride, q8_stride, MULTI_MAX,
+				    out);
+				break;
+			}
+		}
+	}
+}
+
+#undef DOT_CASE
 
 /* The keys of tq_keys_scalar, 16 rows per step, the same operations. */
 uint32_t

@@ -125,3 +125,36 @@ tq_keys_scalar(const uint32_t *acc, const float *fs,
 		m |= (uint32_t)(key[j] >= thr) << j;
 	return m;
 }
+
+/*
+ * The dot form's reference (internal.h, struct tq_lut): for each query
+ * and block, vector pair by pair (j, j + 16) down the fields, as
+ * scan_block4, with int8 times 7-bit products in place of table entries.
+ * The sums are exact integers, so any order gives the same result.
+ */
+void
+tq_scand_scalar(const uint8_t *blocks, size_t nblocks, size_t block_bytes,
+    unsigned nfields, const int8_t *q8, size_t q8_stride, unsigned nq,
+    const uint8_t c7[16], uint32_t *acc, size_t acc_stride)
+{
+	for (unsigned i = 0; i < nq; i++) {
+		const int8_t *qi = q8 + i * q8_stride;
+
+		for (size_t b = 0; b < nblocks; b++) {
+			const uint8_t *block = blocks + b * block_bytes;
+			uint32_t *out = acc + i * acc_stride + b * TQ_BLOCK;
+
+			for (unsigned j = 0; j < 16; j++) {
+				const uint8_t *p = block + j;
+				int32_t lo = 0, hi = 0;
+
+				for (unsigned f = 0; f < nfields; f++, p += 16) {
+					lo += qi[f] * (int32_t)c7[*p & 15];
+					hi += qi[f] * (int32_t)c7[*p >> 4];
+				}
+				out[j] = (uint32_t)lo;
+				out[j + 16] = (uint32_t)hi;
+			}
+		}
+	}
+}

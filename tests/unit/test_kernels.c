@@ -239,6 +239,95 @@ test_multi(void)
 }
 
 /*
+ * The dot form's kernels (AVX2, AVX-512, and AMX where the CPU and the
+ * kernel allow it) against tq_scand_scalar: nq from 1 to 35 covers every
+ * group size of the register kernels and the AMX tiles of 16 with every
+ * remainder; q8 rows padded as the search pads them, at the padded width
+ * and at a wider stride; query values random, all +127 and all -127 (the
+ * largest sums either way), levels random and all 127.  Every query's
+ * sums must equal the oracle's and the gap after them stay untouched.
+ */
+static void
+test_dot_form(void)
+{
+	static const unsigned nfs[] = { 4, 8, 12, 60, 64, 68, 196, 392, 516,
+	    1028, 1536, 4096 };
+	static const size_t nbs[] = { 1, 3, 8 };
+	const struct {
+		const char *name;
+		tq_scand_fn fn;
+		int run;
+	} dk[] = {
+		{ "avx2", tq_scand_avx2, runnable[0] },
+		{ "avx512", tq_scand_avx512, runnable[1] },
+		{ "amx", tq_scand_amx, runnable[1] && tq_amx_usable() },
+	};
+	int bad[3] = { 0, 0, 0 };
+	unsigned runs[3] = { 0, 0, 0 };
+
+	for (size_t a = 0; a < sizeof(nfs) / sizeof(nfs[0]); a++)
+		for (size_t c = 0; c < sizeof(nbs) / sizeof(nbs[0]); c++)
+			for (unsigned nq = 1; nq <= 35; nq += nq < 18 ? 1 : 17) {
+				unsigned nf = nfs[a];
+				size_t nb = nbs[c], bb = (size_t)nf * 16;
+				size_t pad = (nf + TQ_DOT_PAD - 1) / TQ_DOT_PAD *
+				    TQ_DOT_PAD;
+				size_t qs = pad + (nq % 2 ? 0 : 64);
+				size_t stride = nb * TQ_BLOCK + 5;
+				uint8_t *codes = malloc(nb * bb), c7[16];
+				int8_t *q8 = calloc(nq, qs);
+				uint32_t *want = malloc(nq * stride * 4);
+				uint32_t *got = malloc(nq * stride * 4);
+
+				for (size_t i = 0; i < nb * bb; i++)
+					codes[i] = (uint8_t)rnd();
+				for (unsigned v = 0; v < 16; v++)
+					c7[v] = a % 3 == 1 ? 127 :
+					    (uint8_t)(rnd() % 128);
+				for (unsigned j = 0; j < nq; j++)
+					for (size_t f = 0; f < nf; f++)
+						q8[j * qs + f] = (int8_t)(j % 5 ==
+						    1 ? 127 : j % 5 == 2 ? -127 :
+						    (int)(rnd() % 255) - 127);
+				memset(want, 0x5a, nq * stride * 4);
+				tq_scand_scalar(codes, nb, bb, nf, q8, qs, nq, c7,
+				    want, stride);
+				if (a % 3 == 1)
+					for (unsigned j = 0; j < nq; j++)
+						if (j % 5 == 1)
+							CHECK(want[j * stride] ==
+							    127u * 127u * nf);
+				for (size_t d = 0; d < 3; d++) {
+					if (!dk[d].run)
+						continue;
+					memset(got, 0x5a, nq * stride * 4);
+					dk[d].fn(codes, nb, bb, nf, q8, qs, nq,
+					    c7, got, stride);
+					bad[d] |= memcmp(want, got, nq * stride *
+					    4) != 0;
+					runs[d]++;
+				}
+				free(codes);
+				free(q8);
+				free(want);
+				free(got);
+			}
+	for (size_t d = 0; d < 3; d++) {
+		if (!dk[d].run) {
+			printf("dot-form kernel %s: skipped (CPU or OS lacks "
+			    "it)\n", dk[d].name);
+			continue;
+		}
+		if (bad[d])
+			fprintf(stderr, "dot-form kernel %s differs\n",
+			    dk[d].name);
+		CHECK(!bad[d]);
+		printf("dot-form kernel %s: ran, %u cases against scalar\n",
+		    dk[d].name, runs[d]);
+	}
+}
+
+/*
  * The key kernels against tq_keys_scalar, bit for bit, keys and masks:
  * both metrics, random sums and factors of mixed magnitude, thresholds
  * from -inf to above every key, and factors that are NaN, infinite or
@@ -500,6 +589,7 @@ main(void)
 	RUN(test_dot);
 	RUN(test_f16);
 	RUN(test_multi);
+	RUN(test_dot_form);
 	RUN(test_keys);
 	for (k = 0; k < NKERN; k++)
 		if (runnable[k])
