@@ -57,24 +57,32 @@
 #include <emmintrin.h>
 #endif
 
+
 /* Blocks per kernel call: 64 * 32 u32 sums stay in L1. */
 #define SCAN_BLOCKS 64
 /*
  * Query tiles: a thread scans a slice of about TILE_BYTES of codes for up
- * to QTILE queries before moving on, so the codes come from DRAM once per
- * tile instead of once per query (the scan is bound by memory bandwidth
- * otherwise).
+ * to QTILE_LOOKUP (lookup form) or QTILE (dot form) queries before moving
+ * on, so the codes come from DRAM once per tile instead of once per query
+ * (the scan is bound by memory bandwidth otherwise).  The dot form's
+ * tables are 16 times smaller and its tile kernel so fast that with 16
+ * queries a tile it waited on memory (perf: half its time at the loads of
+ * the codes, 100K x 1536, 4-bit).  Batch QPS there, 1 thread, by queries
+ * a tile: 16: 1010, 64: 1510, 128: 1680, 256: 1790.
  */
-#define QTILE 16
+#define QTILE 256
+#define QTILE_LOOKUP 16
 #define TILE_BYTES (256u << 10)
 /*
  * Blocks per call of the multi-query kernel: the sums of a whole tile,
- * QTILE * MULTI_BLOCKS * 32 u32 (16 KiB), stay in L1.
+ * QTILE * MULTI_BLOCKS * 32 u32 (256 KiB), stay in L2.
  */
 #define MULTI_BLOCKS 8
 /* u32 sums per worker: one kernel call's, either kind. */
 #define ACC_SUMS ((SCAN_BLOCKS > QTILE * MULTI_BLOCKS ? SCAN_BLOCKS : \
     QTILE * MULTI_BLOCKS) * TQ_BLOCK)
+/* Fewest queries for which the tile kernel (AMX) runs instead of scand. */
+#define TILE_MIN 4
 /* Most queries prepared at once, and most floats per preparation buffer. */
 #define QCHUNK_MAX 1024
 #define QCHUNK_FLOATS (1u << 22)
@@ -89,7 +97,10 @@
 
 /* Candidates whose originals are requested ahead of the re-rank. */
 #define RERANK_AHEAD 4
-/* Prefetch distance of refined_key's gather of a row's nibbles. */
+/* Most candidates of a tile refined together (refine_tile). */
+#define REFINE_TILE_MAX (1u << 18)
+/* Rows the refinement gathers at once, and its prefetch distance. */
+#define REFINE_ROWS 4
 #define REFINE_AHEAD 2048u
 
 void
@@ -178,79 +189,140 @@ lut_step(float widest)
 	return delta > 0.0f ? delta : 1.0f;
 }
 
-#if defined(__SSE2__) && FLT_EVAL_METHOD == 0
 /*
- * tq_lut_build for one coordinate of 16 levels per field (4-bit codes),
- * four entries per SSE2 operation: the same float operations in the same
- * order as the general path, so the same bits (test_search compares both
- * with a reference).  Perf had the general path at 10% of an IVF query.
+ * x rounded to the nearest integer, ties to even, for |x| < 2^22: adding
+ * and subtracting 2^23 (with x's sign) rounds in the default mode without
+ * a library call (no -ffast-math: the compiler keeps it).
+ */
+static inline float
+round_even(float x)
+{
+#if FLT_EVAL_METHOD == 0
+	return x >= 0.0f ? (x + 0x1p23f) - 0x1p23f : (x - 0x1p23f) + 0x1p23f;
+#else
+	return (float)lrintf(x);
+#endif
+}
+
+/*
+ * The dot form of the tables (internal.h, struct tq_lut) for a quantizer
+ * of one 4-bit coordinate per field.  Its error bound: per coordinate,
+ * |r c - sq q8 chat| <= |r| |c - chat| + |chat| |r - sq q8|, with chat =
+ * sc c7 + centroid[0] the level the sum uses; summed over the coordinates
+ * with the largest level errors.
  */
 static void
-lut_build_4bit(const struct tq_quantizer *q, const float *rq,
+lut_build_dot(const struct tq_quantizer *q, const float *rq,
     struct tq_lut *t)
 {
 	const float *cent = q->centroids;
-	const __m128 magic = _mm_set1_ps(0x1p23f), zero = _mm_setzero_ps();
-	const __m128 top = _mm_set1_ps(255.0f);
-	__m128 c0 = _mm_loadu_ps(cent), c1 = _mm_loadu_ps(cent + 4);
-	__m128 c2 = _mm_loadu_ps(cent + 8), c3 = _mm_loadu_ps(cent + 12);
-	float delta = 0.0f;
-	double bias = 0.0;
-	uint32_t f;
+	int8_t *q8 = (int8_t *)(void *)t->lut;
+	uint32_t f = 0, pad = (q->nfields + TQ_DOT_PAD - 1) / TQ_DOT_PAD *
+	    TQ_DOT_PAD;
+	float m = 0.0f, inv, sq, sc, dc = 0.0f, cmax = 0.0f;
+	float rsum = 0.0f, dsum = 0.0f;
+	int32_t qsum = 0;
+	unsigned v;
 
-	/* Pass 1: the extremes are the products with the end centroids. */
-	for (f = 0; f < q->dim; f++) {
-		float p0 = rq[f] * cent[0], p1 = rq[f] * cent[15];
-		float lo = p0 < p1 ? p0 : p1, hi = p0 < p1 ? p1 : p0;
+	for (f = 0; f < q->dim; f++)
+		if (fabsf(rq[f]) > m)
+			m = fabsf(rq[f]);
+	inv = m > 0.0f ? 127.0f / m : 1.0f;
+	sq = m > 0.0f ? m / 127.0f : 1.0f;
+	f = 0;
+#if defined(__SSE2__)
+	/*
+	 * Sixteen at a time: cvtps2dq rounds to nearest, ties to even, as
+	 * round_even does, so the values are the same; only the error
+	 * bound's float sums run in another order.  Perf had the scalar loop
+	 * at 6% of an IVF query.
+	 */
+	{
+		const __m128 vinv = _mm_set1_ps(inv), vsq = _mm_set1_ps(sq);
+		const __m128 absm = _mm_castsi128_ps(_mm_set1_epi32(0x7fffffff));
+		const __m128i lo = _mm_set1_epi16(-127), hi = _mm_set1_epi16(127);
+		__m128 rs = _mm_setzero_ps(), ds = _mm_setzero_ps();
+		__m128i qs = _mm_setzero_si128();
+		float l[4];
+		int32_t li[4];
 
-		if (hi - lo > delta)
-			delta = hi - lo;
+		for (; f + 16 <= q->dim; f += 16) {
+			__m128i iv[4], w0, w1;
+
+			for (unsigned u = 0; u < 4; u++) {
+				__m128 x = _mm_loadu_ps(rq + f + 4 * u);
+
+				iv[u] = _mm_cvtps_epi32(_mm_mul_ps(x, vinv));
+				rs = _mm_add_ps(rs, _mm_and_ps(x, absm));
+				ds = _mm_add_ps(ds, _mm_and_ps(_mm_sub_ps(x,
+				    _mm_mul_ps(vsq, _mm_cvtepi32_ps(iv[u]))),
+				    absm));
+			}
+			w0 = _mm_min_epi16(_mm_max_epi16(_mm_packs_epi32(iv[0],
+			    iv[1]), lo), hi);
+			w1 = _mm_min_epi16(_mm_max_epi16(_mm_packs_epi32(iv[2],
+			    iv[3]), lo), hi);
+			qs = _mm_add_epi32(qs, _mm_madd_epi16(w0,
+			    _mm_set1_epi16(1)));
+			qs = _mm_add_epi32(qs, _mm_madd_epi16(w1,
+			    _mm_set1_epi16(1)));
+			_mm_storeu_si128((__m128i *)(void *)(q8 + f),
+			    _mm_packs_epi16(w0, w1));
+		}
+		_mm_storeu_ps(l, rs);
+		rsum = (l[0] + l[1]) + (l[2] + l[3]);
+		_mm_storeu_ps(l, ds);
+		dsum = (l[0] + l[1]) + (l[2] + l[3]);
+		_mm_storeu_si128((__m128i *)(void *)li, qs);
+		qsum = (li[0] + li[1]) + (li[2] + li[3]);
 	}
-	delta = lut_step(delta);
-	for (f = 0; f < q->nfields; f++) {
-		float r = f < q->dim ? rq[f] : 0.0f;
-		float p0 = r * cent[0], p1 = r * cent[15];
-		float lo = p0 < p1 ? p0 : p1;
-		__m128 rv = _mm_set1_ps(r), lv = _mm_set1_ps(lo);
-		__m128 dv = _mm_set1_ps(delta), e[4];
-		__m128i w01, w23;
-
-		e[0] = _mm_div_ps(_mm_sub_ps(_mm_mul_ps(rv, c0), lv), dv);
-		e[1] = _mm_div_ps(_mm_sub_ps(_mm_mul_ps(rv, c1), lv), dv);
-		e[2] = _mm_div_ps(_mm_sub_ps(_mm_mul_ps(rv, c2), lv), dv);
-		e[3] = _mm_div_ps(_mm_sub_ps(_mm_mul_ps(rv, c3), lv), dv);
-		for (unsigned i = 0; i < 4; i++)
-			e[i] = _mm_min_ps(_mm_max_ps(_mm_sub_ps(_mm_add_ps(e[i],
-			    magic), magic), zero), top);
-		w01 = _mm_packs_epi32(_mm_cvttps_epi32(e[0]),
-		    _mm_cvttps_epi32(e[1]));
-		w23 = _mm_packs_epi32(_mm_cvttps_epi32(e[2]),
-		    _mm_cvttps_epi32(e[3]));
-		_mm_storeu_si128((__m128i *)(void *)(t->lut + (size_t)f * 16),
-		    _mm_packus_epi16(w01, w23));
-		bias += lo;
-	}
-	t->entries = 16;
-	t->scale = delta;
-	t->bias = (float)bias;
-}
 #endif
+	for (; f < q->dim; f++) {
+		float r = round_even(rq[f] * inv);
+		int iv = r < -127.0f ? -127 : r > 127.0f ? 127 : (int)r;
+
+		q8[f] = (int8_t)iv;
+		qsum += iv;
+		rsum += fabsf(rq[f]);
+		dsum += fabsf(rq[f] - sq * (float)iv);
+	}
+	memset(q8 + q->dim, 0, pad - q->dim);
+
+	sc = (cent[15] - cent[0]) / 127.0f;
+	if (!(sc > 0.0f))
+		sc = 1.0f;
+	for (v = 0; v < 16; v++) {
+		float r = round_even((cent[v] - cent[0]) / sc), chat;
+		int iv = r < 0.0f ? 0 : r > 127.0f ? 127 : (int)r;
+
+		t->c7[v] = (uint8_t)iv;
+		chat = sc * (float)iv + cent[0];
+		if (fabsf(cent[v] - chat) > dc)
+			dc = fabsf(cent[v] - chat);
+		if (fabsf(chat) > cmax)
+			cmax = fabsf(chat);
+	}
+	t->dot = 1;
+	t->entries = 16;
+	t->scale = sq * sc;
+	t->bias = sq * cent[0] * (float)qsum;
+	/* Slack for the float rounding of the bound's own sums. */
+	t->err = (rsum * dc + dsum * cmax) * 1.001f;
+}
 
 void
 tq_lut_build(const struct tq_quantizer *q, const float *rq, struct tq_lut *t)
 {
+	if (TQ_DOT_FORM(q) && q->nlevels == 16) {
+		lut_build_dot(q, rq, t);
+		return;
+	}
+
 	unsigned entries = 1u << q->field_bits, v;
 	float prod[4][16], tab[64], delta = 0.0f, lo, hi;
 	double bias = 0.0;
 	uint32_t f;
 
-#if defined(__SSE2__) && FLT_EVAL_METHOD == 0
-	if (q->coords_per_field == 1 && q->field_bits == 4 &&
-	    q->nlevels == 16) {
-		lut_build_4bit(q, rq, t);
-		return;
-	}
-#endif
 
 	/* Pass 1: the widest range of any field sets the common step. */
 	for (f = 0; f < q->nfields; f++) {
@@ -288,8 +360,11 @@ tq_lut_build(const struct tq_quantizer *q, const float *rq, struct tq_lut *t)
 		bias += lo;
 	}
 	t->entries = entries;
+	t->dot = 0;
 	t->scale = delta;
 	t->bias = (float)bias;
+	/* Half a step per field. */
+	t->err = 0.5f * delta * (float)q->nfields;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -326,6 +401,7 @@ struct ctx {
 	uint64_t *ids;		/* output rows of the chunk's first query */
 	float *scores;
 	uint64_t tile_blocks;	/* blocks per slice of a query tile */
+	size_t qtile;		/* queries per tile */
 	/* IVF: probes lists a query, probe[i * probes ..] for query i. */
 	uint32_t probes;
 	const uint32_t *probe;
@@ -337,6 +413,12 @@ struct ctx {
 	float rmargin;		/* block-mode range search: its margin */
 };
 
+/* Candidate t of query q of a tile, row `row`. */
+struct rc {
+	uint64_t row;
+	uint32_t q, t;
+};
+
 struct worker {
 	const struct ctx *c;
 	pthread_t tid;
@@ -344,10 +426,15 @@ struct worker {
 	int by_blocks;		/* scan blocks [b0, b1) of c->query */
 	size_t q0, q1;		/* else queries [q0, q1) of the chunk */
 	uint64_t b0, b1;
-	struct tq_lut lut[QTILE];	/* .lut: nfields * entries bytes */
+	struct tq_lut lut[QTILE];	/* .lut: in lutmem, lutstride apart */
+	uint8_t *lutmem;
+	size_t lutstride;
 	uint32_t *acc;		/* ACC_SUMS sums */
 	struct tq_topk cand[QTILE];	/* (estimated key, row) */
 	struct tq_topk fin;	/* results: (final key, external id) */
+	uint32_t kc;		/* candidates per query */
+	struct rc *rcs;		/* a tile's candidates (refine_tile) */
+	float *rkey;		/* their refined keys, kc per query */
 	uint8_t *codes;		/* dim unpacked codes, for refinement */
 	float *row;		/* dim floats: an original being re-ranked */
 	struct hit *hits;	/* range search candidates, growable */
@@ -515,6 +602,23 @@ block_push(const struct ctx *c, const struct tq_lut *t, size_t i,
 	}
 }
 
+/* The kernel's sums of blocks [b, b + nb) for one query's tables t. */
+static inline void
+scan_one(const struct ctx *c, const struct tq_lut *t, uint64_t b, size_t nb,
+    uint32_t *acc)
+{
+	const struct tq_index *ix = c->ix;
+	const struct tq_quantizer *q = c->q;
+
+	if (t->dot)
+		c->kern->scand(ix->codes + b * ix->block_bytes, nb,
+		    ix->block_bytes, q->nfields, (const int8_t *)(const void *)
+		    t->lut, 0, 1, t->c7, acc, 0);
+	else
+		c->kern->scan(ix->codes + b * ix->block_bytes, nb,
+		    ix->block_bytes, q->nfields, q->field_bits, t->lut, acc);
+}
+
 /*
  * Scans blocks [b0, b1) of segment sg for query i of the chunk into heap
  * h; rows outside the segment are skipped.
@@ -524,14 +628,11 @@ scan_range(struct worker *w, const struct tq_lut *t, size_t i, uint64_t b0,
     uint64_t b1, const struct seg *sg, struct tq_topk *h)
 {
 	const struct ctx *c = w->c;
-	const struct tq_index *ix = c->ix;
-	const struct tq_quantizer *q = c->q;
 	uint64_t b;
 	size_t nb;
 
 	for (b = b0; (nb = next_run(c, &b, b1)) > 0; b += nb) {
-		c->kern->scan(ix->codes + b * ix->block_bytes, nb,
-		    ix->block_bytes, q->nfields, q->field_bits, t->lut, w->acc);
+		scan_one(c, t, b, nb, w->acc);
 		for (size_t bi = 0; bi < nb; bi++)
 			block_push(c, t, i, b + bi, w->acc + bi * TQ_BLOCK, sg,
 			    h);
@@ -560,9 +661,21 @@ scan_range_multi(struct worker *w, const struct tq_lut *t, size_t i,
 	for (b = b0; (nb = next_run(c, &b, b1)) > 0; b += nb) {
 		if (nb > MULTI_BLOCKS)
 			nb = MULTI_BLOCKS;
-		c->kern->scan4x(ix->codes + b * ix->block_bytes, nb,
-		    ix->block_bytes, c->q->nfields, luts, (unsigned)m, w->acc,
-		    stride);
+		if (t[0].dot) {
+			/* The tables of a worker lie lutstride bytes apart. */
+			tq_scand_fn fn = c->kern->scand_tile != NULL &&
+			    m >= TILE_MIN ? c->kern->scand_tile :
+			    c->kern->scand;
+
+			fn(ix->codes + b * ix->block_bytes, nb,
+			    ix->block_bytes, c->q->nfields,
+			    (const int8_t *)(const void *)t[0].lut, w->lutstride,
+			    (unsigned)m, t[0].c7, w->acc, stride);
+		} else {
+			c->kern->scan4x(ix->codes + b * ix->block_bytes, nb,
+			    ix->block_bytes, c->q->nfields, luts, (unsigned)m,
+			    w->acc, stride);
+		}
 		for (j = 0; j < m; j++)
 			for (size_t bi = 0; bi < nb; bi++)
 				block_push(c, &t[j], i + j, b + bi, w->acc +
@@ -596,61 +709,155 @@ exact_key(const struct ctx *c, struct worker *w, const float *qv, uint64_t r)
 }
 
 /*
- * The estimated key of stored row r for query i of the chunk with float
- * tables: <R q, yhat> summed in double (the lanes of tq_exact_key)
- * instead of through u8 entries.
+ * The 4-bit fields of rows r[0 .. n) (n <= REFINE_ROWS, 4-bit fields)
+ * into val + t * nf for row r[t], nf fields each.  A row's nibbles lie 16
+ * bytes apart across its whole block, which the scan left in cache long
+ * ago: a gather with no dependency chain and a prefetch REFINE_AHEAD
+ * bytes on lets the misses overlap (summing in place stalled on each miss
+ * behind the adds: 70% of the refinement's time), and gathering several
+ * rows at once overlaps their streams (one row at a time, a 100K x 1536
+ * batch spent a quarter of its time here).
  */
-static float
-refined_key(const struct ctx *c, struct worker *w, size_t i, uint64_t r)
+static void
+gather_fields(const struct ctx *c, const uint64_t *r, unsigned n,
+    uint32_t nf, uint8_t *val)
 {
 	const struct tq_index *ix = c->ix;
+	const uint8_t *blk[REFINE_ROWS];
+	unsigned sh[REFINE_ROWS], t;
+	uint32_t f;
+
+	for (t = 0; t < n; t++) {
+		unsigned j = (unsigned)(r[t] % TQ_BLOCK);
+
+		blk[t] = ix->codes + r[t] / TQ_BLOCK * ix->block_bytes +
+		    (j & 15);
+		sh[t] = j < 16 ? 0 : 4;
+	}
+	for (f = 0; f < nf; f++) {
+		if ((f & 3) == 0)
+			for (t = 0; t < n; t++)
+				__builtin_prefetch((const void *)(
+				    (uintptr_t)blk[t] + (size_t)f * 16 +
+				    REFINE_AHEAD));
+		for (t = 0; t < n; t++)
+			val[(size_t)t * nf + f] = (uint8_t)((blk[t][(size_t)f *
+			    16] >> sh[t]) & 15u);
+	}
+}
+
+/* Row r's centroids, dequantized into y, from its fields val (4-bit). */
+static void
+dequantize(const struct ctx *c, struct worker *w, uint64_t r,
+    const uint8_t *val, float *y)
+{
 	const struct tq_quantizer *q = c->q;
-	const float *rq = c->rq + i * c->dim;
-	const float *fs = ix->factors + r / TQ_BLOCK * TQ_BLOCK * TQ_NFACTORS;
-	unsigned j = (unsigned)(r % TQ_BLOCK);
-	float *y = w->row;	/* the row's centroids, dequantized */
-	double dot, ip;
-	uint32_t d;
+	unsigned cpf = q->coords_per_field, bits = q->bits;
+	unsigned mask = q->nlevels - 1;
+	uint32_t d, f, nf = (c->dim + cpf - 1) / cpf;
 
 	if (q->field_bits == 4) {
-		/*
-		 * The row's nibbles lie 16 bytes apart across the whole block,
-		 * which a candidate's scan left in cache long ago.  They are
-		 * gathered first, in a loop with no dependency chain and a
-		 * prefetch REFINE_AHEAD bytes on, so the cache misses overlap;
-		 * summing in place stalled on each miss behind the adds (70%
-		 * of refined_key's time).
-		 */
-		const uint8_t *blk = ix->codes + r / TQ_BLOCK * ix->block_bytes +
-		    (j & 15);
-		unsigned sh = j < 16 ? 0 : 4, cpf = q->coords_per_field;
-		unsigned bits = q->bits, mask = q->nlevels - 1;
-		uint32_t f, nf = (c->dim + cpf - 1) / cpf;
-		uint8_t *val = w->codes;
-
-		for (f = 0; f < nf; f++) {
-			if ((f & 3) == 0)
-				__builtin_prefetch((const void *)(
-				    (uintptr_t)blk + (size_t)f * 16 +
-				    REFINE_AHEAD));
-			val[f] = (uint8_t)((blk[(size_t)f * 16] >> sh) & 15u);
-		}
 		for (f = 0, d = 0; f < nf; f++)
-			for (unsigned t = 0; t < cpf && d < c->dim; t++, d++)
+			for (unsigned e = 0; e < cpf && d < c->dim; e++, d++)
 				y[d] = q->centroids[(unsigned)val[f] >>
-				    (t * bits) & mask];
-	} else {
-		tq_unpack_block_row(q, ix->codes + r / TQ_BLOCK *
-		    ix->block_bytes, j, w->codes);
-		for (d = 0; d < c->dim; d++)
-			y[d] = q->centroids[w->codes[d]];
+				    (e * bits) & mask];
+		return;
 	}
-	dot = tq_dot_lanes(rq, y, c->dim);
+	tq_unpack_block_row(q, c->ix->codes + r / TQ_BLOCK *
+	    c->ix->block_bytes, (unsigned)(r % TQ_BLOCK), w->codes);
+	for (d = 0; d < c->dim; d++)
+		y[d] = q->centroids[w->codes[d]];
+}
+
+/*
+ * The estimated key of stored row r, dequantized as y, for query i of the
+ * chunk with float tables: <R q, yhat> summed in double (the lanes of
+ * tq_exact_key) instead of through the integer tables.
+ */
+static float
+refined_key(const struct ctx *c, size_t i, uint64_t r, const float *y)
+{
+	const float *fs = c->ix->factors + r / TQ_BLOCK * TQ_BLOCK *
+	    TQ_NFACTORS;
+	unsigned j = (unsigned)(r % TQ_BLOCK);
+	double dot, ip;
+
+	dot = tq_dot_lanes(c->rq + i * c->dim, y, c->dim);
 	ip = (double)fs[j] * dot + (double)fs[TQ_BLOCK + j] + (double)c->qc[i];
 	if (c->metric == TQ_METRIC_L2)
 		return (float)-((double)c->qn2[i] - 2.0 * ip +
 		    (double)fs[2 * TQ_BLOCK + j]);
 	return (float)ip;
+}
+
+/* The refined keys of rows r[0 .. n) (n <= REFINE_ROWS) for query i. */
+static void
+refined_keys(const struct ctx *c, struct worker *w, size_t i,
+    const uint64_t *r, unsigned n, float *key)
+{
+	const struct tq_quantizer *q = c->q;
+	uint32_t nf = (c->dim + q->coords_per_field - 1) / q->coords_per_field;
+
+	if (q->field_bits == 4)
+		gather_fields(c, r, n, nf, w->codes);
+	for (unsigned t = 0; t < n; t++) {
+		dequantize(c, w, r[t], w->codes + (size_t)t * nf, w->row);
+		key[t] = refined_key(c, i, r[t], w->row);
+	}
+}
+
+static int
+cmp_rc(const void *a, const void *b)
+{
+	const struct rc *x = a, *y = b;
+
+	return x->row < y->row ? -1 : x->row > y->row;
+}
+
+/*
+ * The refined keys of every candidate of queries i .. i + m - 1 of the
+ * chunk (heaps w->cand), into w->rkey[j * kc + t] for candidate t of query
+ * i + j.  One query's candidates lie in as many blocks, each read from
+ * memory for one row; a tile's candidates, taken in row order, read each
+ * block once for all the rows and queries that need it, in address
+ * order.  The keys are those of refined_keys, whatever the order.
+ */
+static void
+refine_tile(struct worker *w, size_t i, size_t m)
+{
+	const struct ctx *c = w->c;
+	const struct tq_quantizer *q = c->q;
+	uint32_t nf = (c->dim + q->coords_per_field - 1) / q->coords_per_field;
+	size_t n = 0, e, u;
+
+	for (size_t j = 0; j < m; j++)
+		for (uint32_t t = 0; t < w->cand[j].len; t++)
+			w->rcs[n++] = (struct rc){ w->cand[j].id[t],
+			    (uint32_t)j, t };
+	qsort(w->rcs, n, sizeof(*w->rcs), cmp_rc);
+	for (e = 0; e < n; e = u) {
+		uint64_t rows[REFINE_ROWS];
+		unsigned nr = 0;
+
+		/* Up to REFINE_ROWS distinct rows, with all their entries. */
+		for (u = e; u < n; u++) {
+			if (nr > 0 && w->rcs[u].row == rows[nr - 1])
+				continue;
+			if (nr == REFINE_ROWS)
+				break;
+			rows[nr++] = w->rcs[u].row;
+		}
+		if (q->field_bits == 4)
+			gather_fields(c, rows, nr, nf, w->codes);
+		for (unsigned t = 0, x = (unsigned)e; t < nr; t++) {
+			dequantize(c, w, rows[t], w->codes + (size_t)t * nf,
+			    w->row);
+			for (; x < u && w->rcs[x].row == rows[t]; x++)
+				w->rkey[(size_t)w->rcs[x].q * w->kc +
+				    w->rcs[x].t] = refined_key(c, i +
+				    w->rcs[x].q, rows[t], w->row);
+		}
+	}
 }
 
 /* Does heap h hold id? */
@@ -678,14 +885,19 @@ prefetch_original(const struct ctx *c, uint64_t r)
 		__builtin_prefetch((const void *)(p + o));
 }
 
-/* Turns the candidates of query i into its k results, best first. */
+/*
+ * Turns the candidates of query i into its k results, best first; pre,
+ * if not NULL, holds the candidates' refined keys (refine_tile).
+ */
 static void
-finish(struct worker *w, size_t i, const struct tq_topk *cand)
+finish(struct worker *w, size_t i, const struct tq_topk *cand,
+    const float *pre)
 {
 	const struct ctx *c = w->c;
 	const float *qv = c->qv + i * c->dim;
 	uint64_t *ids = c->ids + i * c->k;
 	float *scores = c->scores + i * c->k;
+	float rk[REFINE_ROWS];	/* refined keys of candidates t - t % 4 .. */
 	uint32_t t;
 
 	tq_topk_reset(&w->fin);
@@ -701,8 +913,19 @@ finish(struct worker *w, size_t i, const struct tq_topk *cand)
 
 		if (c->rerank && t + RERANK_AHEAD < cand->len)
 			prefetch_original(c, cand->id[t + RERANK_AHEAD]);
-		key = c->rerank ? exact_key(c, w, qv, cand->id[t]) :
-		    refined_key(c, w, i, cand->id[t]);
+		if (c->rerank) {
+			key = exact_key(c, w, qv, cand->id[t]);
+		} else if (pre != NULL) {
+			key = pre[t];
+		} else {
+			unsigned u = t % REFINE_ROWS;
+
+			if (u == 0)
+				refined_keys(c, w, i, cand->id + t,
+				    cand->len - t < REFINE_ROWS ?
+				    cand->len - t : REFINE_ROWS, rk);
+			key = rk[u];
+		}
 		uint64_t id = tq_index_id(c->ix, cand->id[t]);
 
 		/* A vector copied to several lists counts once. */
@@ -758,7 +981,7 @@ add_hit(struct worker *w, float key, uint64_t id)
  * estimated key passes the radius loosened by a margin becomes a
  * candidate; the margin is, scaled by the row's s, RANGE_Z standard
  * deviations of the estimator's error for a random rotation plus the
- * worst case of the table rounding (half a step per field).  Candidates
+ * worst case of the table rounding (tq_lut's err).  Candidates
  * are then scored exactly (originals) or with float tables.
  */
 #define RANGE_Z 6.0
@@ -766,8 +989,7 @@ add_hit(struct worker *w, float key, uint64_t id)
 static float
 range_margin(const struct ctx *c, const struct tq_lut *t, size_t i)
 {
-	return (float)(c->rsigma * sqrt((double)c->qn2[i]) +
-	    0.5 * (double)t->scale * (double)c->q->nfields);
+	return (float)(c->rsigma * sqrt((double)c->qn2[i]) + (double)t->err);
 }
 
 /*
@@ -781,15 +1003,13 @@ range_collect(struct worker *w, const struct tq_lut *t, size_t i,
 {
 	const struct ctx *c = w->c;
 	const struct tq_index *ix = c->ix;
-	const struct tq_quantizer *q = c->q;
 	int l2 = c->metric == TQ_METRIC_L2;
 	float qn2 = c->qn2[i];
 	uint64_t b;
 	size_t nb;
 
 	for (b = b0; (nb = next_run(c, &b, b1)) > 0; b += nb) {
-		c->kern->scan(ix->codes + b * ix->block_bytes, nb,
-		    ix->block_bytes, q->nfields, q->field_bits, t->lut, w->acc);
+		scan_one(c, t, b, nb, w->acc);
 		for (size_t bi = 0; bi < nb; bi++) {
 			const float *fs = ix->factors + (b + bi) * TQ_BLOCK *
 			    TQ_NFACTORS;
@@ -832,9 +1052,12 @@ range_finish(struct worker *w, size_t i)
 
 	for (e = 0; e < w->nhits; e++) {
 		uint64_t r = w->hits[e].id;
-		float key = ix->originals != TQ_ORIG_NONE ?
-		    exact_key(c, w, c->qv + i * c->dim, r) :
-		    refined_key(c, w, i, r);
+		float key;
+
+		if (ix->originals != TQ_ORIG_NONE)
+			key = exact_key(c, w, c->qv + i * c->dim, r);
+		else
+			refined_keys(c, w, i, &r, 1, &key);
 
 		if (key >= c->rkey) {
 			w->hits[kept].key = key;
@@ -932,13 +1155,13 @@ run(void *arg)
 			for (size_t e = 0; e < ns; e++)
 				scan_range(w, &w->lut[0], i, w->segs[e].b0,
 				    w->segs[e].b1, &w->segs[e], &w->cand[0]);
-			finish(w, i, &w->cand[0]);
+			finish(w, i, &w->cand[0], NULL);
 		}
 		return NULL;
 	}
 	(void)query_segs(c, 0, w->segs);	/* flat: every row */
-	for (i = w->q0; i < w->q1; i += QTILE) {
-		size_t m = w->q1 - i < QTILE ? w->q1 - i : QTILE, j;
+	for (i = w->q0; i < w->q1; i += c->qtile) {
+		size_t m = w->q1 - i < c->qtile ? w->q1 - i : c->qtile, j;
 		uint64_t b, nb = c->ix->nblocks, step = c->tile_blocks;
 
 		for (j = 0; j < m; j++) {
@@ -949,8 +1172,8 @@ run(void *arg)
 		for (b = 0; b < nb; b += step) {
 			uint64_t e = nb - b < step ? nb : b + step;
 
-			if (c->kern->scan4x != NULL && c->q->field_bits == 4 &&
-			    m >= 2)
+			if (m >= 2 && (w->lut[0].dot || (c->kern->scan4x !=
+			    NULL && c->q->field_bits == 4)))
 				scan_range_multi(w, w->lut, i, m, b, e,
 				    &w->segs[0], w->cand);
 			else
@@ -958,8 +1181,11 @@ run(void *arg)
 					scan_range(w, &w->lut[j], i + j, b, e,
 					    &w->segs[0], &w->cand[j]);
 		}
+		if (!c->rerank && w->rcs != NULL)
+			refine_tile(w, i, m);
 		for (j = 0; j < m; j++)
-			finish(w, i + j, &w->cand[j]);
+			finish(w, i + j, &w->cand[j], !c->rerank && w->rcs !=
+			    NULL ? w->rkey + j * w->kc : NULL);
 	}
 	return NULL;
 }
@@ -1018,10 +1244,11 @@ scratch_free(struct scratch *s)
 
 	if (s->w != NULL)
 		for (t = 0; t < s->nw; t++) {
-			for (j = 0; j < QTILE; j++) {
-				free(s->w[t].lut[j].lut);
+			for (j = 0; j < QTILE; j++)
 				tq_topk_free(&s->w[t].cand[j]);
-			}
+			free(s->w[t].lutmem);
+			free(s->w[t].rcs);
+			free(s->w[t].rkey);
 			free(s->w[t].acc);
 			free(s->w[t].segs);
 			free(s->w[t].codes);
@@ -1049,9 +1276,14 @@ scratch_alloc(struct scratch *s, const struct tq_quantizer *q, unsigned nw,
 	 * bytes at a time, and a load across two cache lines made the
 	 * multi-query kernel a quarter slower (bench-kernels).
 	 */
-	size_t lutbytes = (((size_t)q->nfields << q->field_bits) + 63) &
-	    ~(size_t)63;
+	size_t lutbytes = TQ_DOT_FORM(q) ? ((size_t)q->nfields + TQ_DOT_PAD -
+	    1) / TQ_DOT_PAD * TQ_DOT_PAD : (size_t)q->nfields << q->field_bits;
+	size_t ntab = TQ_DOT_FORM(q) ? QTILE : QTILE_LOOKUP;
 	unsigned t, j;
+
+	if (ntab > chunk)
+		ntab = chunk;
+	lutbytes = (lutbytes + 63) & ~(size_t)63;
 
 	memset(s, 0, sizeof(*s));
 	s->w = tq_callocarray(nw, sizeof(*s->w));
@@ -1062,20 +1294,39 @@ scratch_alloc(struct scratch *s, const struct tq_quantizer *q, unsigned nw,
 		struct worker *w = &s->w[t];
 
 		w->acc = aligned_alloc(64, ACC_SUMS * sizeof(*w->acc));
-		w->codes = malloc(q->dim);
+		w->codes = malloc(q->dim > REFINE_ROWS * q->nfields ? q->dim :
+		    REFINE_ROWS * q->nfields);
 		w->row = tq_mallocarray(q->dim, sizeof(*w->row));
 		w->segs = tq_mallocarray(nseg, sizeof(*w->segs));
 		if (w->acc == NULL || w->codes == NULL || w->row == NULL ||
 		    w->segs == NULL)
 			return tq_fail(TQ_ERR_NOMEM, "search: sums");
-		/* A tile never holds more queries than a chunk. */
-		for (j = 0; j < QTILE && j < chunk; j++) {
-			w->lut[j].lut = aligned_alloc(64, lutbytes);
-			if (w->lut[j].lut == NULL)
-				return tq_fail(TQ_ERR_NOMEM, "search: tables");
+		/*
+		 * A tile never holds more queries than a chunk.  The tables
+		 * are one allocation, so the dot form's tile kernels can take
+		 * them as rows of one matrix.
+		 */
+		w->lutmem = aligned_alloc(64, ntab * lutbytes);
+		if (w->lutmem == NULL)
+			return tq_fail(TQ_ERR_NOMEM, "search: tables");
+		w->lutstride = lutbytes;
+		for (j = 0; j < ntab; j++) {
+			w->lut[j].lut = w->lutmem + j * lutbytes;
 			TQ_TRY(tq_topk_init(&w->cand[j], kc));
 		}
 		TQ_TRY(tq_topk_init(&w->fin, kf));
+		/*
+		 * A tile's candidates for refine_tile, unless that is a lot of
+		 * memory (large k): then each query refines its own.
+		 */
+		w->kc = kc;
+		if ((uint64_t)ntab * kc <= REFINE_TILE_MAX) {
+			w->rcs = tq_mallocarray(ntab * kc, sizeof(*w->rcs));
+			w->rkey = tq_mallocarray(ntab * kc, sizeof(*w->rkey));
+			if (w->rcs == NULL || w->rkey == NULL)
+				return tq_fail(TQ_ERR_NOMEM, "search: "
+				    "candidates");
+		}
 	}
 	s->rq = tq_mallocarray(chunk * q->dim, sizeof(*s->rq));
 	s->qc = tq_mallocarray(chunk, sizeof(*s->qc));
@@ -1220,7 +1471,7 @@ search_chunk(struct ctx *c, struct scratch *s, size_t m)
 				cand_push(c->ix, &w0->cand[0], h->key[e],
 				    h->id[e]);
 		}
-		finish(w0, i, &w0->cand[0]);
+		finish(w0, i, &w0->cand[0], NULL);
 	}
 }
 
@@ -1317,6 +1568,7 @@ tq_search(const struct tq_index *ix, const float *queries, size_t nq,
 	c.rq = s.rq;
 	c.qc = s.qc;
 	c.qn2 = s.qn2;
+	c.qtile = TQ_DOT_FORM(q) ? QTILE : QTILE_LOOKUP;
 	c.tile_blocks = TILE_BYTES / ix->block_bytes;
 	if (c.tile_blocks < 1)
 		c.tile_blocks = 1;

@@ -80,7 +80,7 @@ section_offset() { tq sections "$1" | awk -v t="$2" '$1 == t { print $2 }'; }
 @test "tq-inspect --cpu: names the kernel; TQ_ISA=scalar overrides" {
 	run --separate-stderr "$TQ_BIN/tq-inspect" --cpu
 	assert_status 0
-	[[ "$output" =~ scalar|avx2|avx512 ]] || { show; false; }
+	[[ "$output" =~ scalar|avx2|avx512|amx ]] || { show; false; }
 	TQ_ISA=scalar run --separate-stderr "$TQ_BIN/tq-inspect" --cpu
 	assert_status 0
 	[[ "$output" == *scalar* ]] || { show; false; }

@@ -175,7 +175,7 @@ print([s["offset"] for s in d["sections"] if s["tag"] == "LIST"][0])')
 }
 
 @test "tq-fit --lists and tq-build give the same bytes with every kernel (TQ_ISA)" {
-	for isa in scalar avx2 avx512; do
+	for isa in scalar avx2 avx512 amx; do
 		TQ_ISA=$isa "$TQ_BIN/tq-fit" -i "$F/c.bin" --lists 12 -o $isa.tqq
 		TQ_ISA=$isa "$TQ_BIN/tq-build" -q "$F/ivf.tqq" -o $isa.tqi "$F/c.bin"
 		cmp $isa.tqq "$F/ivf.tqq"

@@ -92,14 +92,23 @@ setup() {
 
 # kernels_agree INDEX QUERIES: every scan kernel gives the same output.
 kernels_agree() {
-	local isa
+	local isa flag
 	"$TQ_BIN/tq-search" -k 5 -i "$2" -o ref.tsv "$1"
 	TQ_ISA=scalar "$TQ_BIN/tq-search" -k 5 -i "$2" -o scalar.tsv "$1"
 	cmp ref.tsv scalar.tsv
-	for isa in avx2 avx512; do
-		grep -qw "${isa/avx512/avx512vbmi}" /proc/cpuinfo || continue
+	for isa in avx2 avx512 amx; do
+		case $isa in
+		avx512) flag=avx512vbmi ;;
+		amx) flag=amx_int8 ;;
+		*) flag=$isa ;;
+		esac
+		grep -qw "$flag" /proc/cpuinfo || continue
 		TQ_ISA=$isa "$TQ_BIN/tq-search" -k 5 -i "$2" -o $isa.tsv "$1"
 		cmp ref.tsv $isa.tsv
+		# A batch of one query at a time: the same results.
+		TQ_ISA=$isa "$TQ_BIN/tq-search" -k 5 --batch 1 -i "$2" \
+		    -o $isa-1.tsv "$1"
+		cmp ref.tsv $isa-1.tsv
 	done
 }
 

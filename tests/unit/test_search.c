@@ -334,6 +334,71 @@ ref_lut(const struct tq_quantizer *q, const float *rq, uint8_t *lut,
 	free(lo);
 }
 
+/*
+ * The dot form as specified (internal.h, struct tq_lut), the slow way:
+ * lrintf for the roundings, the maximum found by a plain loop.
+ */
+static void
+ref_dot(const struct tq_quantizer *q, const float *rq, int8_t *q8,
+    uint8_t c7[16], float *scale, float *bias)
+{
+	const float *c = q->centroids;
+	float m = 0, sq, sc;
+	long qsum = 0;
+	uint32_t f;
+
+	for (f = 0; f < q->dim; f++)
+		if (fabsf(rq[f]) > m)
+			m = fabsf(rq[f]);
+	sq = m > 0 ? m / 127.0f : 1.0f;
+	for (f = 0; f < q->nfields; f++) {
+		long r = f < q->dim ? lrintf(rq[f] * (m > 0 ? 127.0f / m :
+		    1.0f)) : 0;
+
+		r = r < -127 ? -127 : r > 127 ? 127 : r;
+		q8[f] = (int8_t)r;
+		qsum += r;
+	}
+	sc = (c[15] - c[0]) / 127.0f;
+	for (unsigned v = 0; v < 16; v++) {
+		long r = lrintf((c[v] - c[0]) / sc);
+
+		c7[v] = (uint8_t)(r < 0 ? 0 : r > 127 ? 127 : r);
+	}
+	*scale = sq * sc;
+	*bias = sq * c[0] * (float)qsum;
+}
+
+/* The integer sum the kernels compute for one row's codes. */
+static int64_t
+table_sum(const struct tq_quantizer *q, const struct tq_lut *t,
+    const uint8_t *codes)
+{
+	int64_t sum = 0;
+	uint32_t f;
+
+	for (f = 0; f < q->nfields; f++) {
+		unsigned v = field_value(q, codes, f);
+
+		sum += t->dot ? (int64_t)((const int8_t *)(const void *)
+		    t->lut)[f] * t->c7[v] : t->lut[(size_t)f * t->entries + v];
+	}
+	return sum;
+}
+
+/* The bytes tq_lut_build writes for q. */
+static size_t
+lut_bytes(const struct tq_quantizer *q)
+{
+	return TQ_DOT_FORM(q) ? (q->nfields + TQ_DOT_PAD - 1) / TQ_DOT_PAD *
+	    TQ_DOT_PAD : (size_t)q->nfields << q->field_bits;
+}
+
+/*
+ * Both forms of the tables against their references, bit for bit; the
+ * estimate within the bound err of the exact <rq, yhat> (and err not far
+ * above the half step per field of the lookup form); padding zero.
+ */
 static void
 test_lut(void)
 {
@@ -348,9 +413,10 @@ test_lut(void)
 		struct tq_lut t;
 		float *rq;
 		uint8_t *codes;
-		int trial, ok = 1, ok_pad = 1, ok_ref = 1;
+		int trial, ok = 1, ok_pad = 1, ok_ref = 1, dot;
 		uint8_t *ref;
 		float rscale, rbias;
+		size_t len;
 
 		/* Quick: 100 has several fields and padding already. */
 		if (quick && dim > 100)
@@ -359,40 +425,60 @@ test_lut(void)
 		CHECK(q != NULL);
 		if (q == NULL)
 			continue;
-		t.entries = 1u << q->field_bits;
-		t.lut = malloc((size_t)q->nfields * t.entries);
+		dot = TQ_DOT_FORM(q);
+		CHECK(dot == (bits == 4));
+		len = lut_bytes(q);
+		t.lut = malloc(len);
 		rq = malloc(dim * sizeof(*rq));
 		codes = malloc(dim);
-		ref = malloc((size_t)q->nfields * t.entries);
+		ref = malloc(len);
 		for (trial = 0; trial < 20; trial++) {
 			double exact = 0.0, est;
-			uint32_t sum = 0;
+			int64_t sum;
+			uint8_t c7[16];
 
 			for (d = 0; d < dim; d++)
 				rq[d] = gauss() * (trial == 0 ? 0.0f :
 				    trial == 1 ? 1e6f : 1.0f);
+			memset(t.lut, 0xa5, len);
 			tq_lut_build(q, rq, &t);
-			ref_lut(q, rq, ref, &rscale, &rbias);
-			if (memcmp(ref, t.lut, (size_t)q->nfields *
-			    t.entries) != 0 || rscale != t.scale ||
-			    rbias != t.bias)
+			if (dot) {
+				ref_dot(q, rq, (int8_t *)(void *)ref, c7,
+				    &rscale, &rbias);
+				if (memcmp(ref, t.lut, q->nfields) != 0 ||
+				    memcmp(c7, t.c7, 16) != 0)
+					ok_ref = 0;
+			} else {
+				ref_lut(q, rq, ref, &rscale, &rbias);
+				if (memcmp(ref, t.lut, len) != 0)
+					ok_ref = 0;
+				CHECK(t.entries == 1u << q->field_bits);
+			}
+			if (rscale != t.scale || rbias != t.bias)
 				ok_ref = 0;
-			CHECK(t.entries == 1u << q->field_bits);
+			CHECK(t.dot == dot);
 			CHECK(t.scale > 0);
 			for (d = 0; d < dim; d++) {
 				codes[d] = (uint8_t)(rnd() % q->nlevels);
 				exact += (double)rq[d] *
 				    q->centroids[codes[d]];
 			}
-			for (f = 0; f < q->nfields; f++)
-				sum += t.lut[(size_t)f * t.entries +
-				    field_value(q, codes, f)];
-			est = (double)t.scale * sum + t.bias;
-			if (fabs(est - exact) > q->nfields * t.scale / 2 *
-			    (1 + 1e-4) + 1e-5 * (fabs(exact) + fabs(t.bias) +
-			    t.scale * sum))
+			sum = table_sum(q, &t, codes);
+			est = (double)t.scale * (double)sum + t.bias;
+			if (fabs(est - exact) > t.err * (1 + 1e-4) + 1e-5 *
+			    (fabs(exact) + fabs(t.bias) + t.scale *
+			    fabs((double)sum)))
 				ok = 0;
-			/* Padded fields: all entries 0. */
+			/* A finite bound of the right scale. */
+			if (!(t.err <= 127.0 * q->nfields * t.scale))
+				ok = 0;
+			/* Padding: zero entries, or zero query values. */
+			if (dot) {
+				for (f = dim; f < len; f++)
+					if (t.lut[f] != 0)
+						ok_pad = 0;
+				continue;
+			}
 			for (f = (dim + q->coords_per_field - 1) /
 			    q->coords_per_field; f < q->nfields; f++) {
 				unsigned v;
@@ -406,8 +492,9 @@ test_lut(void)
 		CHECK(ok_pad);
 		CHECK(ok_ref);
 		free(ref);
-		if (!ok)
-			fprintf(stderr, "  lut: bits %u dim %u\n", bits, dim);
+		if (!ok || !ok_ref || !ok_pad)
+			fprintf(stderr, "  lut: bits %u dim %u (%d %d %d)\n",
+			    bits, dim, ok, ok_ref, ok_pad);
 		free(t.lut);
 		free(rq);
 		free(codes);
@@ -583,7 +670,7 @@ estimates(const struct mem_index *m, const float *query, float *est,
     float *estf)
 {
 	const struct tq_quantizer *q = m->ix.q;
-	uint32_t dim = q->dim, d, f;
+	uint32_t dim = q->dim, d;
 	float *qv = malloc(dim * sizeof(*qv)), *rq = malloc(dim * sizeof(*rq));
 	float *yhat = malloc(dim * sizeof(*yhat));
 	uint8_t *row = malloc(dim);
@@ -591,7 +678,7 @@ estimates(const struct mem_index *m, const float *query, float *est,
 	double qc = 0, qn2 = 0;
 	size_t i;
 
-	t.lut = malloc((size_t)q->nfields << q->field_bits);
+	t.lut = malloc(lut_bytes(q));
 	memcpy(qv, query, dim * sizeof(*qv));
 	if (q->metric == TQ_METRIC_COSINE)
 		normalise_rows(qv, 1, dim);
@@ -602,15 +689,14 @@ estimates(const struct mem_index *m, const float *query, float *est,
 	tq_rotate(q, qv, 1, rq);
 	tq_lut_build(q, rq, &t);
 	for (i = 0; i < m->ix.n; i++) {
-		uint32_t sum = 0;
+		int64_t sum;
 		double ip;
 
 		tq_unpack_block_row(q, m->codes + (i / 32) * m->ix.block_bytes,
 		    (unsigned)(i % 32), row);
-		for (f = 0; f < q->nfields; f++)
-			sum += t.lut[((size_t)f << q->field_bits) +
-			    field_value(q, row, f)];
-		ip = (double)m->fac[i * 3] * ((double)t.scale * sum + t.bias) +
+		sum = table_sum(q, &t, row);
+		ip = (double)m->fac[i * 3] * ((double)t.scale * (double)sum +
+		    t.bias) +
 		    m->fac[i * 3 + 1] + qc;
 		est[i] = (float)(q->metric == TQ_METRIC_L2 ?
 		    qn2 - 2 * ip + m->fac[i * 3 + 2] : ip);
