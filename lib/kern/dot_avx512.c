@@ -79,7 +79,29 @@ tq_dot_avx512(const float *x, size_t ldx, size_t n, const float *a,
 	for (; i < n; i++) {
 		const float *x0 = x + i * ldx;
 
-		for (o = 0; o + 4 <= m; o += 4) {
+		/*
+		 * Eight outputs per step: with four, one query's scores of
+		 * the IVF centroids waited on the adds' latency.
+		 */
+		for (o = 0; o + 8 <= m; o += 8) {
+			__m512 s[8];
+
+#pragma GCC unroll 8
+			for (unsigned c = 0; c < 8; c++)
+				s[c] = _mm512_setzero_ps();
+			for (j = 0; j < k16; j += 16) {
+				__m512 v = _mm512_loadu_ps(x0 + j);
+
+#pragma GCC unroll 8
+				for (unsigned c = 0; c < 8; c++)
+					MADD(s[c], v, _mm512_loadu_ps(a +
+					    (size_t)(o + c) * k + j));
+			}
+			for (unsigned c = 0; c < 8; c++)
+				y[i * ldy + o + c] = tq_dot_tail(reduce(s[c]), x0,
+				    a + (size_t)(o + c) * k, k16, k);
+		}
+		for (; o + 4 <= m; o += 4) {
 			const float *ar[4] = { a + (size_t)o * k,
 			    a + (size_t)(o + 1) * k, a + (size_t)(o + 2) * k,
 			    a + (size_t)(o + 3) * k };
