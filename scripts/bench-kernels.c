@@ -7,7 +7,7 @@
  * after `make`:
  *
  *   cc -std=c11 -D_GNU_SOURCE -O2 -Ilib scripts/bench-kernels.c \
- *       build/lib/libtq.a -o /tmp/bench-kernels
+ *       build/lib/libtq.a -lm -pthread -o /tmp/bench-kernels
  *   /tmp/bench-kernels [nvectors]
  *
  * For 100K x 1536 (the default) at 4, 2, 1 bits (4-bit fields: 1536, 768,
