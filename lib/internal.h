@@ -574,7 +574,9 @@ void tq_scand_avx512(const uint8_t *blocks, size_t nblocks,
 void tq_scand_amx(const uint8_t *blocks, size_t nblocks,
     size_t block_bytes, unsigned nfields, const int8_t *q8, size_t q8_stride,
     unsigned nq, const uint8_t c7[16], uint32_t *acc, size_t acc_stride);
-/* May this thread run AMX tile instructions?  Asks the kernel once. */
+/* The 4-bit kernels' transposition of 64 bytes of codes (scan_scalar.c). */
+extern const uint8_t tq_transpose4x16[64];
+/* May this process run AMX tile instructions?  Asks the kernel once. */
 int tq_amx_usable(void);
 
 /*

@@ -40,14 +40,6 @@
  */
 #define CHUNK_STEPS 8u
 
-/* Byte 4j + k of the transposition takes byte 16k + j (scan_avx512.c). */
-static const uint8_t transpose4x16[64] __attribute__((aligned(64))) = {
-	0, 16, 32, 48, 1, 17, 33, 49, 2, 18, 34, 50, 3, 19, 35, 51,
-	4, 20, 36, 52, 5, 21, 37, 53, 6, 22, 38, 54, 7, 23, 39, 55,
-	8, 24, 40, 56, 9, 25, 41, 57, 10, 26, 42, 58, 11, 27, 43, 59,
-	12, 28, 44, 60, 13, 29, 45, 61, 14, 30, 46, 62, 15, 31, 47, 63
-};
-
 /* The tile configuration: palette 1, 16 tiles' bytes per row and rows. */
 struct tilecfg {
 	uint8_t palette;
@@ -118,7 +110,7 @@ tq_scand_amx(const uint8_t *blocks, size_t nblocks, size_t block_bytes,
 {
 	uint8_t lev[CHUNK_STEPS][2][AMX_FIELDS / 4][64]
 	    __attribute__((aligned(64)));
-	const __m512i tr = _mm512_load_si512((const void *)transpose4x16);
+	const __m512i tr = _mm512_load_si512((const void *)tq_transpose4x16);
 	const __m512i low4 = _mm512_set1_epi8(0x0f);
 	const __m512i lv = _mm512_broadcast_i32x4(_mm_loadu_si128(
 	    (const void *)c7));

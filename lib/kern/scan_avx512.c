@@ -128,14 +128,6 @@ split_u16(__m512i all_u16x32, __m512i odd_u16x32, __m512i *lo_u16x32,
 /* vpternlogd immediate for (a & b) | c. */
 #define TERN_AND_OR 0xea
 
-/* Byte 4j + k of the transposition takes byte 16k + j. */
-static const uint8_t transpose4x16[64] __attribute__((aligned(64))) = {
-	0, 16, 32, 48, 1, 17, 33, 49, 2, 18, 34, 50, 3, 19, 35, 51,
-	4, 20, 36, 52, 5, 21, 37, 53, 6, 22, 38, 54, 7, 23, 39, 55,
-	8, 24, 40, 56, 9, 25, 41, 57, 10, 26, 42, 58, 11, 27, 43, 59,
-	12, 28, 44, 60, 13, 29, 45, 61, 14, 30, 46, 62, 15, 31, 47, 63
-};
-
 /* The constants of a 4-bit scan. */
 struct k4 {
 	__m512i tr, low4, lane, ones;
@@ -146,7 +138,7 @@ k4_init(void)
 {
 	struct k4 k;
 
-	k.tr = load_u8x64(transpose4x16);
+	k.tr = load_u8x64(tq_transpose4x16);
 	k.low4 = _mm512_set1_epi8(0x0f);
 	k.lane = _mm512_set1_epi32(0x30201000);	/* byte k of a dword: k << 4 */
 	k.ones = _mm512_set1_epi8(1);
@@ -449,7 +441,7 @@ kd_init(const uint8_t c7[16])
 {
 	struct kd k;
 
-	k.tr = load_u8x64(transpose4x16);
+	k.tr = load_u8x64(tq_transpose4x16);
 	k.low4 = _mm512_set1_epi8(0x0f);
 	k.c7 = _mm512_broadcast_i32x4(_mm_loadu_si128((const void *)c7));
 	return k;

@@ -26,6 +26,19 @@
  */
 #include "internal.h"
 
+/*
+ * The 4-bit transposition of the AVX-512 and AMX kernels: byte 4j + k
+ * takes byte 16k + j, so that dword j of 64 bytes of codes (four fields)
+ * holds byte j of every field.  Here, in the one file every build
+ * compiles, so that both kernels share it.
+ */
+const uint8_t tq_transpose4x16[64] __attribute__((aligned(64))) = {
+	0, 16, 32, 48, 1, 17, 33, 49, 2, 18, 34, 50, 3, 19, 35, 51,
+	4, 20, 36, 52, 5, 21, 37, 53, 6, 22, 38, 54, 7, 23, 39, 55,
+	8, 24, 40, 56, 9, 25, 41, 57, 10, 26, 42, 58, 11, 27, 43, 59,
+	12, 28, 44, 60, 13, 29, 45, 61, 14, 30, 46, 62, 15, 31, 47, 63
+};
+
 static void
 scan_block4(const uint8_t *block, unsigned nfields, const uint8_t *lut,
     uint32_t acc[TQ_BLOCK])
