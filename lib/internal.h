@@ -492,19 +492,27 @@ static inline uint64_t tq_index_id(const struct tq_index *ix, uint64_t i)
  * Per-query tables, in one of two forms, and the affine map back to the
  * float inner product <R q, yhat> ~= scale * sum + bias.
  *
- * Lookup form (fields of several coordinates: 1, 2 and 3 bits): for each
+ * Lookup form (1 and 3 bits: fields of 4 and 2 coordinates): for each
  * field f, `entries` (16 or 64) u8 values lut[f * entries + v]; the sum
  * adds one entry per field.
  *
- * Dot form (`dot`: one 4-bit coordinate per field): the query as int8,
- * q8[f] = round(rq[f] * (127 / max |rq|)), ties to even (0 past dim and
- * up to TQ_DOT_PAD fields), and the 16 levels as 7-bit integers, c7[v] =
- * round((centroid[v] - centroid[0]) / sc) with sc = (centroid[15] -
- * centroid[0]) / 127.  The sum is the exact int32 dot product
- * sum_f q8[f] * c7[code f], so with sq = max |rq| / 127, scale = sq * sc
- * and bias = sq * centroid[0] * sum_f q8[f].  Products of int8 and u8 are what VNNI and
- * AMX multiply natively, and sixteen times fewer table bytes than the
- * lookup form.
+ * Dot form (`dot`: 4-bit fields of 1 or 2 coordinates of 4 or 2 bits;
+ * the kernels also take 4 coordinates of 1 bit): the query as int8, r8[c] = round(rq[c] * (127 / max |rq|)), ties
+ * to even (0 past dim), and the quantizer's levels as 7-bit integers,
+ * c7[v] = round((centroid[v] - centroid[0]) / sc) with sc =
+ * (centroid[last] - centroid[0]) / 127.  The sum is the exact int32 dot
+ * product sum_c r8[c] * c7[code c], so with sq = max |rq| / 127, scale =
+ * sq * sc and bias = sq * centroid[0] * sum_c r8[c].  Products of int8
+ * and u8 are what VNNI and AMX multiply natively.
+ *
+ * A field of P coordinates (P = `planes`) is read through P tables of 16
+ * levels, lev[t * 16 + v] = c7[coordinate t's code in nibble v], and q8
+ * holds r8 in the kernels' order: per four fields f .. f + 3 (f a
+ * multiple of 4), P runs of four values, run t holding coordinate t of
+ * each field: q8[f * P + 4 * t + i] = r8[(f + i) * P + t].  So every
+ * kernel treats plane t of four fields as it treats four 4-bit fields.
+ * A row has P * TQ_DOT_PAD-rounded nfields values, zero past the last
+ * coordinate.
  *
  * err bounds |scale * sum + bias - <R q, yhat>| from the rounding alone,
  * for any codes.
@@ -513,16 +521,24 @@ struct tq_lut {
 	uint8_t *lut;		/* lookup: nfields * entries; dot: q8 */
 	unsigned entries;	/* lookup form: 16 or 64 */
 	int dot;		/* the dot form */
+	unsigned planes;	/* dot form: coordinates per field */
 	float scale;
 	float bias;
 	float err;
-	uint8_t c7[16];		/* dot form: the levels */
+	uint8_t lev[4 * 16];	/* dot form: the levels, per plane */
 };
 
-/* The dot form's q8 is zero-padded to a multiple of this many fields. */
+/* The dot form's q8 has this many fields' values per plane, or more. */
 #define TQ_DOT_PAD 64u
-/* Does quantizer q score through the dot form? */
-#define TQ_DOT_FORM(q) ((q)->coords_per_field == 1 && (q)->field_bits == 4)
+/*
+ * Does quantizer q score through the dot form?  Not at 1 bit: four planes
+ * cost a 512-bit kernel twice the lookup form's time (bench-kernels, "1-bit
+ * dot"), which AMX's batches win back only in part.
+ */
+#define TQ_DOT_FORM(q) ((q)->field_bits == 4 && (q)->coords_per_field <= 2)
+/* Bytes of one query's q8 (dot form). */
+#define TQ_DOT_BYTES(q) (((size_t)(q)->nfields + TQ_DOT_PAD - 1) / \
+	TQ_DOT_PAD * TQ_DOT_PAD * (q)->coords_per_field)
 
 /* Builds quantized tables from a rotated query (dim floats). */
 void tq_lut_build(const struct tq_quantizer *q, const float *rq,
@@ -552,28 +568,36 @@ void tq_scan_avx512(const uint8_t *blocks, size_t nblocks,
 tq_scan_fn tq_scan_kernel(void);
 
 /*
- * The dot form's kernel, for nq queries over the same 4-bit blocks: for
- * j < nq and block b, acc[j * acc_stride + b * 32 + v] = the int32 (as
- * u32 bits) sum over fields f < nfields of q8[j * q8_stride + f] *
- * c7[field f of vector v].  Each q8 row holds nfields rounded up to
- * TQ_DOT_PAD values, zero past nfields; nq >= 1.  |sum| <= 127 * 127 *
- * 65536 < 2^31.  Every kernel gives the same sums as tq_scand_scalar.
+ * The dot form's kernel, for nq queries over the same blocks of 4-bit
+ * fields of `planes` (1, 2 or 4) coordinates: for j < nq and block b,
+ * acc[j * acc_stride + b * 32 + v] = the int32 (as u32 bits) sum over
+ * fields f < nfields and planes t < planes of coordinate t's value,
+ * q8[j * q8_stride + (f - f % 4) * planes + 4 * t + f % 4] (struct
+ * tq_lut's order), times lev[t * 16 + field f of vector v].  Each q8 row holds planes * (nfields rounded up to
+ * TQ_DOT_PAD) values, zero past the last coordinate; nq >= 1.  |sum| <=
+ * 127 * 127 * 65536 < 2^31.  Every kernel gives the same sums as
+ * tq_scand_scalar.
  */
 typedef void (*tq_scand_fn)(const uint8_t *blocks, size_t nblocks,
-    size_t block_bytes, unsigned nfields, const int8_t *q8, size_t q8_stride,
-    unsigned nq, const uint8_t c7[16], uint32_t *acc, size_t acc_stride);
+    size_t block_bytes, unsigned nfields, unsigned planes, const int8_t *q8,
+    size_t q8_stride, unsigned nq, const uint8_t *lev, uint32_t *acc,
+    size_t acc_stride);
 void tq_scand_scalar(const uint8_t *blocks, size_t nblocks,
-    size_t block_bytes, unsigned nfields, const int8_t *q8, size_t q8_stride,
-    unsigned nq, const uint8_t c7[16], uint32_t *acc, size_t acc_stride);
+    size_t block_bytes, unsigned nfields, unsigned planes, const int8_t *q8,
+    size_t q8_stride, unsigned nq, const uint8_t *lev, uint32_t *acc,
+    size_t acc_stride);
 void tq_scand_avx2(const uint8_t *blocks, size_t nblocks,
-    size_t block_bytes, unsigned nfields, const int8_t *q8, size_t q8_stride,
-    unsigned nq, const uint8_t c7[16], uint32_t *acc, size_t acc_stride);
+    size_t block_bytes, unsigned nfields, unsigned planes, const int8_t *q8,
+    size_t q8_stride, unsigned nq, const uint8_t *lev, uint32_t *acc,
+    size_t acc_stride);
 void tq_scand_avx512(const uint8_t *blocks, size_t nblocks,
-    size_t block_bytes, unsigned nfields, const int8_t *q8, size_t q8_stride,
-    unsigned nq, const uint8_t c7[16], uint32_t *acc, size_t acc_stride);
+    size_t block_bytes, unsigned nfields, unsigned planes, const int8_t *q8,
+    size_t q8_stride, unsigned nq, const uint8_t *lev, uint32_t *acc,
+    size_t acc_stride);
 void tq_scand_amx(const uint8_t *blocks, size_t nblocks,
-    size_t block_bytes, unsigned nfields, const int8_t *q8, size_t q8_stride,
-    unsigned nq, const uint8_t c7[16], uint32_t *acc, size_t acc_stride);
+    size_t block_bytes, unsigned nfields, unsigned planes, const int8_t *q8,
+    size_t q8_stride, unsigned nq, const uint8_t *lev, uint32_t *acc,
+    size_t acc_stride);
 /* The 4-bit kernels' transposition of 64 bytes of codes (scan_scalar.c). */
 extern const uint8_t tq_transpose4x16[64];
 /* May this process run AMX tile instructions?  Asks the kernel once. */

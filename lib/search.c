@@ -206,23 +206,24 @@ round_even(float x)
 
 /*
  * The dot form of the tables (internal.h, struct tq_lut) for a quantizer
- * of one 4-bit coordinate per field.  Its error bound: per coordinate,
- * |r c - sq q8 chat| <= |r| |c - chat| + |chat| |r - sq q8|, with chat =
- * sc c7 + centroid[0] the level the sum uses; summed over the coordinates
- * with the largest level errors.
+ * of 4-bit fields of 1 or 2 coordinates.  Its error bound: per
+ * coordinate, |r c - sq r8 chat| <= |r| |c - chat| + |chat| |r - sq r8|,
+ * with chat = sc c7 + centroid[0] the level the sum uses; summed over the
+ * coordinates with the largest level errors.
  */
 static void
 lut_build_dot(const struct tq_quantizer *q, const float *rq,
     struct tq_lut *t)
 {
 	const float *cent = q->centroids;
+	const unsigned planes = q->coords_per_field, last = q->nlevels - 1;
 	int8_t *q8 = (int8_t *)(void *)t->lut;
-	uint32_t f = 0, pad = (q->nfields + TQ_DOT_PAD - 1) / TQ_DOT_PAD *
-	    TQ_DOT_PAD;
+	uint32_t f = 0;
 	float m = 0.0f, inv, sq, sc, dc = 0.0f, cmax = 0.0f;
 	float rsum = 0.0f, dsum = 0.0f;
 	int32_t qsum = 0;
-	unsigned v;
+	uint8_t c7[16];
+	unsigned v, p;
 
 	for (f = 0; f < q->dim; f++)
 		if (fabsf(rq[f]) > m)
@@ -286,23 +287,41 @@ lut_build_dot(const struct tq_quantizer *q, const float *rq,
 		rsum += fabsf(rq[f]);
 		dsum += fabsf(rq[f] - sq * (float)iv);
 	}
-	memset(q8 + q->dim, 0, pad - q->dim);
+	memset(q8 + q->dim, 0, TQ_DOT_BYTES(q) - q->dim);
+	/*
+	 * Into the kernels' order: each four fields' values, coordinate by
+	 * coordinate, become one run of four per plane.
+	 */
+	if (planes > 1) {
+		for (f = 0; f < q->nfields; f += 4) {
+			int8_t *g = q8 + (size_t)f * planes, tmp[16];
 
-	sc = (cent[15] - cent[0]) / 127.0f;
+			for (v = 0; v < 4; v++)
+				for (p = 0; p < planes; p++)
+					tmp[4 * p + v] = g[v * planes + p];
+			memcpy(g, tmp, 4 * planes);
+		}
+	}
+
+	sc = (cent[last] - cent[0]) / 127.0f;
 	if (!(sc > 0.0f))
 		sc = 1.0f;
-	for (v = 0; v < 16; v++) {
+	for (v = 0; v <= last; v++) {
 		float r = round_even((cent[v] - cent[0]) / sc), chat;
 		int iv = r < 0.0f ? 0 : r > 127.0f ? 127 : (int)r;
 
-		t->c7[v] = (uint8_t)iv;
+		c7[v] = (uint8_t)iv;
 		chat = sc * (float)iv + cent[0];
 		if (fabsf(cent[v] - chat) > dc)
 			dc = fabsf(cent[v] - chat);
 		if (fabsf(chat) > cmax)
 			cmax = fabsf(chat);
 	}
+	for (p = 0; p < planes; p++)
+		for (v = 0; v < 16; v++)
+			t->lev[16 * p + v] = c7[(v >> (p * q->bits)) & last];
 	t->dot = 1;
+	t->planes = planes;
 	t->entries = 16;
 	t->scale = sq * sc;
 	t->bias = sq * cent[0] * (float)qsum;
@@ -313,7 +332,7 @@ lut_build_dot(const struct tq_quantizer *q, const float *rq,
 void
 tq_lut_build(const struct tq_quantizer *q, const float *rq, struct tq_lut *t)
 {
-	if (TQ_DOT_FORM(q) && q->nlevels == 16) {
+	if (TQ_DOT_FORM(q)) {
 		lut_build_dot(q, rq, t);
 		return;
 	}
@@ -612,8 +631,9 @@ scan_one(const struct ctx *c, const struct tq_lut *t, uint64_t b, size_t nb,
 
 	if (t->dot)
 		c->kern->scand(ix->codes + b * ix->block_bytes, nb,
-		    ix->block_bytes, q->nfields, (const int8_t *)(const void *)
-		    t->lut, 0, 1, t->c7, acc, 0);
+		    ix->block_bytes, q->nfields, t->planes,
+		    (const int8_t *)(const void *)t->lut, 0, 1, t->lev, acc,
+		    0);
 	else
 		c->kern->scan(ix->codes + b * ix->block_bytes, nb,
 		    ix->block_bytes, q->nfields, q->field_bits, t->lut, acc);
@@ -668,9 +688,9 @@ scan_range_multi(struct worker *w, const struct tq_lut *t, size_t i,
 			    c->kern->scand;
 
 			fn(ix->codes + b * ix->block_bytes, nb,
-			    ix->block_bytes, c->q->nfields,
+			    ix->block_bytes, c->q->nfields, t[0].planes,
 			    (const int8_t *)(const void *)t[0].lut, w->lutstride,
-			    (unsigned)m, t[0].c7, w->acc, stride);
+			    (unsigned)m, t[0].lev, w->acc, stride);
 		} else {
 			c->kern->scan4x(ix->codes + b * ix->block_bytes, nb,
 			    ix->block_bytes, c->q->nfields, luts, (unsigned)m,
@@ -1276,8 +1296,8 @@ scratch_alloc(struct scratch *s, const struct tq_quantizer *q, unsigned nw,
 	 * bytes at a time, and a load across two cache lines made the
 	 * multi-query kernel a quarter slower (bench-kernels).
 	 */
-	size_t lutbytes = TQ_DOT_FORM(q) ? ((size_t)q->nfields + TQ_DOT_PAD -
-	    1) / TQ_DOT_PAD * TQ_DOT_PAD : (size_t)q->nfields << q->field_bits;
+	size_t lutbytes = TQ_DOT_FORM(q) ? TQ_DOT_BYTES(q) :
+	    (size_t)q->nfields << q->field_bits;
 	size_t ntab = TQ_DOT_FORM(q) ? QTILE : QTILE_LOOKUP;
 	unsigned t, j;
 

@@ -18,10 +18,11 @@
  * 4-bit fields the multi-query kernels (tq_scan4x, as batch tiles call
  * them, each query with its own copy of the table) are timed hot too for
  * 2, 4, 8 and 16 queries, in GB/s of codes per query, i.e. bytes times
- * queries over time.  These lookup-form rows are what 2-bit and 1-bit
- * searches run (4-bit fields of 2 and 4 coordinates); a 4-bit search runs
- * the dot form ("4-bit dot"), timed the same way for 1 to 256 queries,
- * with AMX where the machine has it.  Codes and tables are 64-byte aligned, as in a
+ * queries over time.  These lookup-form rows are what 1-bit searches run
+ * (4-bit fields of 4 coordinates); 4 and 2-bit searches run the dot form
+ * ("4-bit dot", "2-bit dot"; "1-bit dot" shows why 1 bit does not),
+ * timed the same way for 1 to 256 queries, with AMX where the machine
+ * has it.  Codes and tables are 64-byte aligned, as in a
  * search (index sections are, and so are its tables).  Then the
  * machine's single-thread read bandwidth, a streaming sum over 1 GiB.
  * Times are this thread's CPU time (CLOCK_THREAD_CPUTIME_ID), best of
@@ -113,15 +114,16 @@ best_time_multi(tq_scan4x_fn fn, const uint8_t *codes, size_t nblocks,
 }
 
 /*
- * The dot form (4-bit codes, one coordinate per field: what a 4-bit
- * search runs): one query streaming and hot, then nq queries hot, all
- * sharing one set of codes, every kernel checked against the scalar
- * one.  Queries' values are random int8, one row each.
+ * The dot form (4-bit fields of 4 / planes bits per coordinate, dim 1536:
+ * what a 4, 2 or 1-bit search runs): one query streaming and hot, then nq
+ * queries hot, all sharing one set of codes, every kernel checked against
+ * the scalar one.  Queries' values are random int8, one row each.
  */
 static int
-bench_dot(size_t nblocks, size_t hot)
+bench_dot(size_t nblocks, size_t hot, unsigned planes)
 {
-	const unsigned nf = 1536, nqmax = 256;
+	const unsigned nf = 1536 / planes, nqmax = 256, qs = 1536;
+	const unsigned bits = 4 / planes;
 	const size_t bb = (size_t)nf * 16, len = nblocks * bb;
 	const struct {
 		const char *name;
@@ -136,8 +138,8 @@ bench_dot(size_t nblocks, size_t hot)
 		{ "amx", tq_scand_amx, tq_amx_usable() },
 	};
 	static const unsigned nqs[] = { 1, 8, 16, 64, 256 };
-	uint8_t *codes = aligned_alloc(64, len), c7[16];
-	int8_t *q8 = aligned_alloc(64, (size_t)nqmax * nf);
+	uint8_t *codes = aligned_alloc(64, len), lev[64];
+	int8_t *q8 = aligned_alloc(64, (size_t)nqmax * qs);
 	uint32_t *want = malloc((size_t)nqmax * hot * TQ_BLOCK * 4);
 	uint32_t *acc = malloc((size_t)nqmax * nblocks * TQ_BLOCK * 4);
 	int inner = (int)(nblocks / hot);
@@ -146,16 +148,18 @@ bench_dot(size_t nblocks, size_t hot)
 		return -1;
 	for (size_t i = 0; i < len; i++)
 		codes[i] = rnd8();
-	for (size_t i = 0; i < (size_t)nqmax * nf; i++)
+	for (size_t i = 0; i < (size_t)nqmax * qs; i++)
 		q8[i] = (int8_t)(rnd8() % 255 - 127);
-	for (unsigned v = 0; v < 16; v++)
-		c7[v] = (uint8_t)(v * 127 / 15);
-	tq_scand_scalar(codes, hot, bb, nf, q8, nf, nqmax, c7, want,
+	for (unsigned t = 0; t < planes; t++)
+		for (unsigned v = 0; v < 16; v++)
+			lev[16 * t + v] = (uint8_t)(((v >> (t * bits)) &
+			    ((1u << bits) - 1)) * 127 / ((1u << bits) - 1));
+	tq_scand_scalar(codes, hot, bb, nf, planes, q8, qs, nqmax, lev, want,
 	    hot * TQ_BLOCK);
 	for (size_t k = 0; k < sizeof(dk) / sizeof(dk[0]); k++) {
 		if (!dk[k].ok) {
-			printf("4-bit dot %4u %8.1f %9s  skipped (CPU lacks it)"
-			    "\n", nf, len / 1e6, dk[k].name);
+			printf("%u-bit dot %4u %8.1f %9s  skipped (CPU lacks "
+			    "it)\n", bits, nf, len / 1e6, dk[k].name);
 			continue;
 		}
 		for (size_t qi = 0; qi < sizeof(nqs) / sizeof(nqs[0]); qi++) {
@@ -165,39 +169,42 @@ bench_dot(size_t nblocks, size_t hot)
 
 			if (k == 0 && nq > 1)
 				break;
-			dk[k].fn(codes, hot, bb, nf, q8, nf, nq, c7, acc,
-			    stride);
+			dk[k].fn(codes, hot, bb, nf, planes, q8, qs, nq, lev,
+			    acc, stride);
 			if (memcmp(acc, want, (size_t)nq * stride * 4) != 0) {
-				printf("4-bit dot %4u %8.1f %9s  x%-6u WRONG "
-				    "SUMS\n", nf, len / 1e6, dk[k].name, nq);
+				printf("%u-bit dot %4u %8.1f %9s  x%-6u WRONG "
+				    "SUMS\n", bits, nf, len / 1e6, dk[k].name,
+				    nq);
 				continue;
 			}
 			for (int r = 0; r < (k == 0 ? 2 : 10); r++) {
 				double t = now();
 
 				for (int i = 0; i < inner; i++)
-					dk[k].fn(codes, hot, bb, nf, q8, nf, nq,
-					    c7, acc, stride);
+					dk[k].fn(codes, hot, bb, nf, planes, q8,
+					    qs, nq, lev, acc, stride);
 				t = now() - t;
 				if (t < best)
 					best = t;
 				if (nq > 1)
 					continue;
 				t = now();
-				dk[k].fn(codes, nblocks, bb, nf, q8, nf, 1, c7,
-				    acc, nblocks * TQ_BLOCK);
+				dk[k].fn(codes, nblocks, bb, nf, planes, q8,
+				    qs, 1, lev, acc, nblocks * TQ_BLOCK);
 				t = now() - t;
 				if (t < bs)
 					bs = t;
 			}
 			if (nq == 1)
-				printf("4-bit dot %4u %8.1f %9s  %-7s %8.2f "
-				    "%8.2f\n", nf, len / 1e6, dk[k].name, "",
+				printf("%u-bit dot %4u %8.1f %9s  %-7s %8.2f "
+				    "%8.2f\n", bits, nf, len / 1e6, dk[k].name,
+				    "",
 				    len / bs / 1e9, (double)hot * bb * inner /
 				    best / 1e9);
 			else
-				printf("4-bit dot %4u %8.1f %9s  x%-6u %8s %8.2f "
-				    "per query\n", nf, len / 1e6, dk[k].name,
+				printf("%u-bit dot %4u %8.1f %9s  x%-6u %8s "
+				    "%8.2f per query\n", bits, nf, len / 1e6,
+				    dk[k].name,
 				    nq, "-", (double)hot * bb * inner * nq /
 				    best / 1e9);
 		}
@@ -383,10 +390,11 @@ main(int argc, char **argv)
 		free(want);
 		free(acc);
 	}
-	if (bench_dot(nblocks, hot) != 0) {
-		fprintf(stderr, "out of memory\n");
-		return 1;
-	}
+	for (unsigned planes = 1; planes <= 4; planes *= 2)
+		if (bench_dot(nblocks, hot, planes) != 0) {
+			fprintf(stderr, "out of memory\n");
+			return 1;
+		}
 	gbs = stream_sum_gbs(&sum);
 	/* The sum is printed so that the loop cannot be dropped. */
 	printf("memory read bandwidth (streaming sum, 1 GiB): %.2f GB/s "

@@ -6,11 +6,12 @@
  * The dot form (internal.h, struct tq_lut) is a product of int8 queries
  * and u8 levels, which is what AMX's TDPBSUD multiplies: a 16 x 64 int8
  * tile A times a 64 x 16 u8 tile B, stored as 16 rows of 16 groups of
- * four, into 16 x 16 int32 sums.  Here A is up to 16 queries' values of
- * 64 fields, read straight from their rows (row stride q8_stride), and B
- * the levels of those 64 fields for 16 vectors: row r of B holds, per
- * vector, the levels of fields 4r .. 4r + 3, which is exactly what the
- * AVX-512 kernel's transposition and vpshufb make of 64 bytes of codes.
+ * four, into 16 x 16 int32 sums.  Here A is up to 16 queries' 64 values
+ * (one step: 64 fields of one coordinate, or 32 of two), read straight
+ * from their rows (row stride q8_stride), and B the matching levels for
+ * 16 vectors: row r of B holds, per vector, the levels of one plane of
+ * four fields, which is exactly what the AVX-512 kernel's transposition
+ * and vpshufb make of 64 bytes of codes, and the order of q8.
  * One block takes two B tiles (vectors 0..15 from the low nibbles, 16..31
  * from the high) and two sum tiles, stored straight into acc, one row per
  * query.
@@ -70,21 +71,25 @@ configure(unsigned nq)
 }
 
 /*
- * The levels of fields f0 .. f0 + 63 of a block, vectors 0..15 in lev[0]
- * and 16..31 in lev[1], 64 bytes per four fields; fields past nfields
- * (a multiple of 4) are zero, against zero query values.
+ * One step's levels (AMX_FIELDS values per vector, the planes of
+ * AMX_FIELDS / planes fields from f0), vectors 0..15 in lev[0] and 16..31
+ * in lev[1]: row r, for the fields f0 + 4 * (r / planes) .. + 3, holds
+ * plane r % planes, in the order of q8 (internal.h, struct tq_lut).
+ * Fields past nfields (a multiple of 4) are zero, against zero query
+ * values.
  */
-static inline void
-decode(const uint8_t *block, unsigned f0, unsigned nfields, __m512i tr,
-    __m512i low4, __m512i c7, uint8_t lev[2][AMX_FIELDS / 4][64])
+static inline __attribute__((always_inline)) void
+decode(const uint8_t *block, unsigned f0, unsigned nfields, unsigned planes,
+    __m512i tr, __m512i low4, const __m512i *lv,
+    uint8_t lev[2][AMX_FIELDS / 4][64])
 {
-	unsigned r;
+	unsigned r = 0, f, t;
 
-	for (r = 0; r < AMX_FIELDS / 4; r++) {
-		unsigned f = f0 + 4 * r;
-		__m512i lo = _mm512_setzero_si512(), hi = lo;
+	for (f = f0; r < AMX_FIELDS / 4; f += 4) {
+		__m512i xl = _mm512_setzero_si512(), xh = xl;
+		int live = f < nfields;
 
-		if (f < nfields) {
+		if (live) {
 			__m512i xt;
 
 			/* As the AVX-512 kernel: 1 KiB ahead, in the codes. */
@@ -93,39 +98,48 @@ decode(const uint8_t *block, unsigned f0, unsigned nfields, __m512i tr,
 			xt = _mm512_permutexvar_epi8(tr,
 			    _mm512_loadu_si512((const void *)(block +
 			    (size_t)f * 16)));
-			lo = _mm512_shuffle_epi8(c7, _mm512_and_si512(xt,
-			    low4));
-			hi = _mm512_shuffle_epi8(c7, _mm512_and_si512(
-			    _mm512_srli_epi16(xt, 4), low4));
+			xl = _mm512_and_si512(xt, low4);
+			xh = _mm512_and_si512(_mm512_srli_epi16(xt, 4), low4);
 		}
-		_mm512_store_si512((void *)lev[0][r], lo);
-		_mm512_store_si512((void *)lev[1][r], hi);
+		for (t = 0; t < planes; t++, r++) {
+			__m512i lo = _mm512_setzero_si512(), hi = lo;
+
+			if (live) {
+				lo = _mm512_shuffle_epi8(lv[t], xl);
+				hi = _mm512_shuffle_epi8(lv[t], xh);
+			}
+			_mm512_store_si512((void *)lev[0][r], lo);
+			_mm512_store_si512((void *)lev[1][r], hi);
+		}
 	}
 }
 
-void
-tq_scand_amx(const uint8_t *blocks, size_t nblocks, size_t block_bytes,
-    unsigned nfields, const int8_t *q8, size_t q8_stride, unsigned nq,
-    const uint8_t c7[16], uint32_t *acc, size_t acc_stride)
+static inline __attribute__((always_inline)) void
+scand_amx(const uint8_t *blocks, size_t nblocks, size_t block_bytes,
+    unsigned nfields, unsigned planes, const int8_t *q8, size_t q8_stride,
+    unsigned nq, const uint8_t *levels, uint32_t *acc, size_t acc_stride)
 {
 	uint8_t lev[CHUNK_STEPS][2][AMX_FIELDS / 4][64]
 	    __attribute__((aligned(64)));
 	const __m512i tr = _mm512_load_si512((const void *)tq_transpose4x16);
 	const __m512i low4 = _mm512_set1_epi8(0x0f);
-	const __m512i lv = _mm512_broadcast_i32x4(_mm_loadu_si128(
-	    (const void *)c7));
 	const size_t cstride = acc_stride * sizeof(*acc);
-	unsigned steps = (nfields + AMX_FIELDS - 1) / AMX_FIELDS;
-	unsigned j, g, s, s0, ns, rows = 0;
+	const unsigned fstep = AMX_FIELDS / planes;
+	unsigned steps = (nfields + fstep - 1) / fstep;
+	unsigned j, g, s, s0, ns, t, rows = 0;
+	__m512i lv[4];
 	size_t b;
 
+	for (t = 0; t < planes; t++)
+		lv[t] = _mm512_broadcast_i32x4(_mm_loadu_si128(
+		    (const void *)(levels + 16 * t)));
 	for (b = 0; b < nblocks; b++) {
 		const uint8_t *block = blocks + b * block_bytes;
 
 		for (s0 = 0; s0 < steps; s0 += ns) {
 			ns = steps - s0 < CHUNK_STEPS ? steps - s0 : CHUNK_STEPS;
 			for (s = 0; s < ns; s++)
-				decode(block, (s0 + s) * AMX_FIELDS, nfields,
+				decode(block, (s0 + s) * fstep, nfields, planes,
 				    tr, low4, lv, lev[s]);
 			for (j = 0; j < nq; j += g) {
 				const int8_t *qj = q8 + j * q8_stride +
@@ -169,4 +183,21 @@ tq_scand_amx(const uint8_t *blocks, size_t nblocks, size_t block_bytes,
 	}
 	if (rows != 0)
 		_tile_release();
+}
+
+void
+tq_scand_amx(const uint8_t *blocks, size_t nblocks, size_t block_bytes,
+    unsigned nfields, unsigned planes, const int8_t *q8, size_t q8_stride,
+    unsigned nq, const uint8_t *lev, uint32_t *acc, size_t acc_stride)
+{
+	/* Inlined with planes constant, so decode's plane loop unrolls. */
+	if (planes == 1)
+		scand_amx(blocks, nblocks, block_bytes, nfields, 1, q8,
+		    q8_stride, nq, lev, acc, acc_stride);
+	else if (planes == 2)
+		scand_amx(blocks, nblocks, block_bytes, nfields, 2, q8,
+		    q8_stride, nq, lev, acc, acc_stride);
+	else
+		scand_amx(blocks, nblocks, block_bytes, nfields, 4, q8,
+		    q8_stride, nq, lev, acc, acc_stride);
 }

@@ -142,13 +142,14 @@ tq_keys_scalar(const uint32_t *acc, const float *fs,
 /*
  * The dot form's reference (internal.h, struct tq_lut): for each query
  * and block, vector pair by pair (j, j + 16) down the fields, as
- * scan_block4, with int8 times 7-bit products in place of table entries.
- * The sums are exact integers, so any order gives the same result.
+ * scan_block4, with int8 times 7-bit products in place of table entries,
+ * one per plane of the field.  The sums are exact integers, so any order
+ * gives the same result.
  */
 void
 tq_scand_scalar(const uint8_t *blocks, size_t nblocks, size_t block_bytes,
-    unsigned nfields, const int8_t *q8, size_t q8_stride, unsigned nq,
-    const uint8_t c7[16], uint32_t *acc, size_t acc_stride)
+    unsigned nfields, unsigned planes, const int8_t *q8, size_t q8_stride,
+    unsigned nq, const uint8_t *lev, uint32_t *acc, size_t acc_stride)
 {
 	for (unsigned i = 0; i < nq; i++) {
 		const int8_t *qi = q8 + i * q8_stride;
@@ -162,8 +163,17 @@ tq_scand_scalar(const uint8_t *blocks, size_t nblocks, size_t block_bytes,
 				int32_t lo = 0, hi = 0;
 
 				for (unsigned f = 0; f < nfields; f++, p += 16) {
-					lo += qi[f] * (int32_t)c7[*p & 15];
-					hi += qi[f] * (int32_t)c7[*p >> 4];
+					const int8_t *qf = qi + (f - f % 4) *
+					    planes + f % 4;
+
+					for (unsigned t = 0; t < planes; t++) {
+						const uint8_t *l = lev + 16 * t;
+
+						lo += qf[4 * t] *
+						    (int32_t)l[*p & 15];
+						hi += qf[4 * t] *
+						    (int32_t)l[*p >> 4];
+					}
 				}
 				out[j] = (uint32_t)lo;
 				out[j + 16] = (uint32_t)hi;

@@ -336,35 +336,44 @@ ref_lut(const struct tq_quantizer *q, const float *rq, uint8_t *lut,
 
 /*
  * The dot form as specified (internal.h, struct tq_lut), the slow way:
- * lrintf for the roundings, the maximum found by a plain loop.
+ * lrintf for the roundings, the maximum found by a plain loop, each
+ * coordinate's value put straight where the kernels' order says.
  */
 static void
 ref_dot(const struct tq_quantizer *q, const float *rq, int8_t *q8,
-    uint8_t c7[16], float *scale, float *bias)
+    uint8_t lev[64], float *scale, float *bias)
 {
 	const float *c = q->centroids;
+	unsigned np = q->coords_per_field, last = q->nlevels - 1;
 	float m = 0, sq, sc;
+	uint8_t c7[16];
 	long qsum = 0;
-	uint32_t f;
+	uint32_t f, d;
 
-	for (f = 0; f < q->dim; f++)
-		if (fabsf(rq[f]) > m)
-			m = fabsf(rq[f]);
+	for (d = 0; d < q->dim; d++)
+		if (fabsf(rq[d]) > m)
+			m = fabsf(rq[d]);
 	sq = m > 0 ? m / 127.0f : 1.0f;
-	for (f = 0; f < q->nfields; f++) {
-		long r = f < q->dim ? lrintf(rq[f] * (m > 0 ? 127.0f / m :
-		    1.0f)) : 0;
+	memset(q8, 0, TQ_DOT_BYTES(q));
+	for (f = 0; f < q->nfields; f++)
+		for (unsigned t = 0; t < np; t++) {
+			uint64_t coord = (uint64_t)f * np + t;
+			long r = coord < q->dim ? lrintf(rq[coord] * (m > 0 ?
+			    127.0f / m : 1.0f)) : 0;
 
-		r = r < -127 ? -127 : r > 127 ? 127 : r;
-		q8[f] = (int8_t)r;
-		qsum += r;
-	}
-	sc = (c[15] - c[0]) / 127.0f;
-	for (unsigned v = 0; v < 16; v++) {
+			r = r < -127 ? -127 : r > 127 ? 127 : r;
+			q8[(f - f % 4) * np + 4 * t + f % 4] = (int8_t)r;
+			qsum += r;
+		}
+	sc = (c[last] - c[0]) / 127.0f;
+	for (unsigned v = 0; v <= last; v++) {
 		long r = lrintf((c[v] - c[0]) / sc);
 
 		c7[v] = (uint8_t)(r < 0 ? 0 : r > 127 ? 127 : r);
 	}
+	for (unsigned t = 0; t < np; t++)
+		for (unsigned v = 0; v < 16; v++)
+			lev[16 * t + v] = c7[(v >> (t * q->bits)) & last];
 	*scale = sq * sc;
 	*bias = sq * c[0] * (float)qsum;
 }
@@ -374,14 +383,21 @@ static int64_t
 table_sum(const struct tq_quantizer *q, const struct tq_lut *t,
     const uint8_t *codes)
 {
+	const int8_t *q8 = (const int8_t *)(const void *)t->lut;
+	unsigned np = q->coords_per_field;
 	int64_t sum = 0;
 	uint32_t f;
 
 	for (f = 0; f < q->nfields; f++) {
 		unsigned v = field_value(q, codes, f);
 
-		sum += t->dot ? (int64_t)((const int8_t *)(const void *)
-		    t->lut)[f] * t->c7[v] : t->lut[(size_t)f * t->entries + v];
+		if (!t->dot) {
+			sum += t->lut[(size_t)f * t->entries + v];
+			continue;
+		}
+		for (unsigned p = 0; p < np; p++)
+			sum += (int64_t)q8[(f - f % 4) * np + 4 * p + f % 4] *
+			    t->lev[16 * p + v];
 	}
 	return sum;
 }
@@ -390,8 +406,8 @@ table_sum(const struct tq_quantizer *q, const struct tq_lut *t,
 static size_t
 lut_bytes(const struct tq_quantizer *q)
 {
-	return TQ_DOT_FORM(q) ? (q->nfields + TQ_DOT_PAD - 1) / TQ_DOT_PAD *
-	    TQ_DOT_PAD : (size_t)q->nfields << q->field_bits;
+	return TQ_DOT_FORM(q) ? TQ_DOT_BYTES(q) :
+	    (size_t)q->nfields << q->field_bits;
 }
 
 /*
@@ -426,7 +442,7 @@ test_lut(void)
 		if (q == NULL)
 			continue;
 		dot = TQ_DOT_FORM(q);
-		CHECK(dot == (bits == 4));
+		CHECK(dot == (bits == 2 || bits == 4));
 		len = lut_bytes(q);
 		t.lut = malloc(len);
 		rq = malloc(dim * sizeof(*rq));
@@ -435,7 +451,7 @@ test_lut(void)
 		for (trial = 0; trial < 20; trial++) {
 			double exact = 0.0, est;
 			int64_t sum;
-			uint8_t c7[16];
+			uint8_t lev[64];
 
 			for (d = 0; d < dim; d++)
 				rq[d] = gauss() * (trial == 0 ? 0.0f :
@@ -443,10 +459,12 @@ test_lut(void)
 			memset(t.lut, 0xa5, len);
 			tq_lut_build(q, rq, &t);
 			if (dot) {
-				ref_dot(q, rq, (int8_t *)(void *)ref, c7,
+				ref_dot(q, rq, (int8_t *)(void *)ref, lev,
 				    &rscale, &rbias);
-				if (memcmp(ref, t.lut, q->nfields) != 0 ||
-				    memcmp(c7, t.c7, 16) != 0)
+				if (memcmp(ref, t.lut, len) != 0 ||
+				    memcmp(lev, t.lev, 16 *
+				    q->coords_per_field) != 0 ||
+				    t.planes != q->coords_per_field)
 					ok_ref = 0;
 			} else {
 				ref_lut(q, rq, ref, &rscale, &rbias);
@@ -470,13 +488,25 @@ test_lut(void)
 			    fabs((double)sum)))
 				ok = 0;
 			/* A finite bound of the right scale. */
-			if (!(t.err <= 127.0 * q->nfields * t.scale))
+			if (!(t.err <= 127.0 * q->nfields *
+			    q->coords_per_field * t.scale))
 				ok = 0;
 			/* Padding: zero entries, or zero query values. */
 			if (dot) {
-				for (f = dim; f < len; f++)
-					if (t.lut[f] != 0)
+				const int8_t *v8 = (const int8_t *)(const
+				    void *)t.lut;
+				unsigned np = q->coords_per_field;
+
+				for (f = 0; f < len; f++) {
+					/* The coordinate of q8[f]. */
+					uint32_t g = f / (4 * np), o = f % (4 *
+					    np);
+					uint64_t c = ((uint64_t)g * 4 + o % 4) *
+					    np + o / 4;
+
+					if (c >= dim && v8[f] != 0)
 						ok_pad = 0;
+				}
 				continue;
 			}
 			for (f = (dim + q->coords_per_field - 1) /
