@@ -665,6 +665,25 @@ float tq_dot_reduce16(const float *lanes);
 tq_dot_fn tq_dot_kernel(void);
 
 /*
+ * A row times a block-diagonal matrix (lib/kern/dot_scalar.c): nb square
+ * blocks of s x s, row-major and consecutive in a; for block b and column
+ * j < s, x[b*s + j] = sum over o < s of y[b*s + o] a[b*s*s + o*s + j],
+ * accumulated from +0 in increasing o with a separate multiply and add.
+ * Each output is one chain in that order, so any vectorisation across
+ * columns or blocks gives the same bits; every kernel does.
+ */
+typedef void (*tq_rowa_fn)(const float *y, const float *a, uint32_t nb,
+    uint32_t s, float *x);
+void tq_rowa_portable(const float *y, const float *a, uint32_t nb,
+    uint32_t s, float *x);
+void tq_rowa_sse2(const float *y, const float *a, uint32_t nb, uint32_t s,
+    float *x);
+void tq_rowa_avx2(const float *y, const float *a, uint32_t nb, uint32_t s,
+    float *x);
+void tq_rowa_avx512(const float *y, const float *a, uint32_t nb,
+    uint32_t s, float *x);
+
+/*
  * Half-precision rows to float: dst[i] = the binary16 value of the
  * little-endian src[2i .. 2i + 1], exactly (every binary16 value is a
  * float).  Kernels agree bit for bit except in the payload of a NaN.
@@ -688,6 +707,7 @@ struct tq_kernels {
 	 * serves tiles too.
 	 */
 	tq_scand_fn scand_tile;
+	tq_rowa_fn rowa;	/* structured rotations */
 };
 const struct tq_kernels *tq_kernels(void);
 

@@ -65,10 +65,6 @@
 
 #include "internal.h"
 
-#if defined(__SSE2__)
-#include <xmmintrin.h>
-#endif
-
 #define ROT_BLOCK TQ_ROT_BLOCK_MAX
 /* Rounds with the default blocks, and with narrower ones. */
 #define ROT_ROUNDS 3u
@@ -702,63 +698,18 @@ rows_times_at(const float *x, size_t ldx, size_t n, const float *a,
 }
 
 /*
- * x[j] = sum over o of y[o] a[o*k + j], accumulated from 0 in the order
- * o = 0, 1, ... (so any vectorisation over j is exact): one row (length
- * m) times the row-major m x k matrix a.  32 columns at a time are held
- * in registers through the whole sum (reloading them per o cost 9% of a
- * single IVF query with a narrow rotation); the last k % 4 one by one.
+ * x[j] = sum over o of y[o] a[o*k + j] (the square k x k matrix a), for
+ * each of n rows of y into the rows of x, in the order of the rowa
+ * kernels (lib/kern/dot_scalar.c).
  */
 static void
-row_times_a(const float *restrict y, const float *restrict a, uint32_t m,
-    uint32_t k, float *restrict x)
-{
-	uint32_t j0 = 0, j, o;
-
-#if defined(__SSE2__)
-	for (; j0 + 4 <= k; j0 += 32) {
-		uint32_t nv = (k - j0) / 4 < 8 ? (k - j0) / 4 : 8, q;
-		__m128 acc[8];
-
-#pragma GCC unroll 8
-		for (q = 0; q < 8; q++)
-			acc[q] = _mm_setzero_ps();
-		for (o = 0; o < m; o++) {
-			__m128 c = _mm_set1_ps(y[o]);
-			const float *ao = a + (size_t)o * k + j0;
-
-#pragma GCC unroll 8
-			for (q = 0; q < 8; q++)
-				if (q < nv)
-					acc[q] = _mm_add_ps(acc[q], _mm_mul_ps(c,
-					    _mm_loadu_ps(ao + 4 * q)));
-		}
-#pragma GCC unroll 8
-		for (q = 0; q < 8; q++)
-			if (q < nv)
-				_mm_storeu_ps(x + j0 + 4 * q, acc[q]);
-		if (nv < 8) {
-			j0 += 4 * nv;
-			break;
-		}
-	}
-#endif
-	for (j = j0; j < k; j++) {
-		float s = 0;
-
-		for (o = 0; o < m; o++)
-			s += y[o] * a[(size_t)o * k + j];
-		x[j] = s;
-	}
-}
-
-/* row_times_a for each of n rows of y into the rows of x. */
-static void
 rows_times_a(const float *restrict y, size_t ldy, size_t n,
-    const float *restrict a, uint32_t m, uint32_t k, float *restrict x,
-    size_t ldx)
+    const float *restrict a, uint32_t k, float *restrict x, size_t ldx)
 {
+	tq_rowa_fn rowa = tq_kernels()->rowa;
+
 	for (size_t i = 0; i < n; i++)
-		row_times_a(y + i * ldy, a, m, k, x + i * ldx);
+		rowa(y + i * ldy, a, 1, k, x + i * ldx);
 }
 
 
@@ -838,7 +789,7 @@ block_apply(float *y, size_t n, uint32_t d, uint32_t off, uint32_t s,
 			memcpy(in + r * s, y + (r0 + r) * d + off,
 			    s * sizeof(float));
 		if (trans)
-			rows_times_a(in, s, rows, m, s, s, y + r0 * d + off, d);
+			rows_times_a(in, s, rows, m, s, y + r0 * d + off, d);
 		else
 			rows_times_at(in, s, rows, m, s, s, y + r0 * d + off,
 			    d);
@@ -854,6 +805,7 @@ narrow_row(const float *const *round, int nr, uint32_t nb, uint32_t d,
     float *v, int inv)
 {
 	float tmp[ROT_ROW_MAX];
+	tq_rowa_fn rowa = tq_kernels()->rowa;
 	uint32_t b, off, i;
 	int r;
 
@@ -861,15 +813,19 @@ narrow_row(const float *const *round, int nr, uint32_t nb, uint32_t d,
 		const float *perm = round[r], *m = round[r] + d;
 
 		if (!inv) {
+			/*
+			 * The blocks in their two runs of equal size (see
+			 * struct_size), each one kernel call, which takes
+			 * several blocks side by side.
+			 */
+			uint32_t big = d % nb, s1 = d / nb + 1;
+
 			for (i = 0; i < d; i++)
 				tmp[i] = v[(uint32_t)perm[i]];
-			for (b = 0, off = 0; b < nb; b++) {
-				uint32_t s = struct_size(d, nb, b);
-
-				row_times_a(tmp + off, m, s, s, v + off);
-				m += (size_t)s * s;
-				off += s;
-			}
+			rowa(tmp, m, big, s1, v);
+			off = big * s1;
+			rowa(tmp + off, m + (size_t)big * s1 * s1, nb - big,
+			    s1 - 1, v + off);
 		} else {
 			for (b = 0, off = 0; b < nb; b++) {
 				uint32_t s = struct_size(d, nb, b);
@@ -950,7 +906,7 @@ tq_rotate_inv(const struct tq_quantizer *q, const float *y, size_t n,
 	if (n == 0)
 		return;
 	if (q->rotation == TQ_ROT_DENSE) {
-		rows_times_a(y, d, n, q->rot, d, d, x, d);
+		rows_times_a(y, d, n, q->rot, d, x, d);
 		return;
 	}
 	memcpy(x, y, n * d * sizeof(float));

@@ -7,6 +7,8 @@
  *
  * Two input rows times two outputs per step reuse each load twice.
  *
+ * Also the rows times block-diagonal matrices (tq_rowa_fn).
+ *
  * Also the f16 rows (built with -mf16c as well: vcvtph2ps is exact).
  */
 #include <immintrin.h>
@@ -111,6 +113,122 @@ tq_dot_avx2(const float *x, size_t ldx, size_t n, const float *a,
 			tq_dot_portable(x0, ldx, 1, a + (size_t)o * k, m - o, k,
 			    y + i * ldy + o, ldy);
 	}
+}
+
+/*
+ * Rows times block-diagonal matrices (tq_rowa_fn), as in dot_avx512.c:
+ * g blocks side by side, nv registers of 8 columns each, so that eight
+ * chains of adds are in flight; the last register of each block takes
+ * the columns of tail (vmaskmov: masked lanes are neither read nor
+ * written).
+ */
+static inline __attribute__((always_inline)) __m256
+load_cols(const float *p, int full, __m256i tail)
+{
+	return full ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, tail);
+}
+
+static inline __attribute__((always_inline)) void
+rowa_group(const float *y, const float *a, uint32_t s, unsigned g,
+    uint32_t j0, unsigned nv, int full, __m256i tail, float *x)
+{
+	__m256 acc[8];
+	unsigned b, q;
+
+#pragma GCC unroll 8
+	for (q = 0; q < 8; q++)
+		acc[q] = _mm256_setzero_ps();
+	for (uint32_t o = 0; o < s; o++) {
+#pragma GCC unroll 8
+		for (b = 0; b < g; b++) {
+			__m256 c = _mm256_set1_ps(y[b * s + o]);
+			const float *ao = a + ((size_t)b * s + o) * s + j0;
+
+#pragma GCC unroll 8
+			for (q = 0; q < nv; q++)
+				MADD(acc[b * nv + q], c, load_cols(ao + 8 * q,
+				    full || q + 1 < nv, tail));
+		}
+	}
+#pragma GCC unroll 8
+	for (b = 0; b < g; b++)
+#pragma GCC unroll 8
+		for (q = 0; q < nv; q++) {
+			float *xq = x + b * s + j0 + 8 * q;
+
+			if (full || q + 1 < nv)
+				_mm256_storeu_ps(xq, acc[b * nv + q]);
+			else
+				_mm256_maskstore_ps(xq, tail, acc[b * nv + q]);
+		}
+}
+
+void
+tq_rowa_avx2(const float *y, const float *a, uint32_t nb, uint32_t s,
+    float *x)
+{
+	const size_t ss = (size_t)s * s;
+	uint32_t b = 0, j0;
+	__m256i tail;
+
+	if (s == 0)
+		return;
+	/* Lanes below (s - 1) % 8 + 1 set. */
+	tail = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)((s - 1) % 8 + 1)),
+	    _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+	if (s <= 8) {
+		for (; b + 8 <= nb; b += 8)
+			rowa_group(y + b * s, a + b * ss, s, 8, 0, 1, 0, tail,
+			    x + b * s);
+		for (; b < nb; b++)
+			rowa_group(y + b * s, a + b * ss, s, 1, 0, 1, 0, tail,
+			    x + b * s);
+		return;
+	}
+	if (s <= 16) {
+		for (; b + 4 <= nb; b += 4)
+			rowa_group(y + b * s, a + b * ss, s, 4, 0, 2, 0, tail,
+			    x + b * s);
+		for (; b < nb; b++)
+			rowa_group(y + b * s, a + b * ss, s, 1, 0, 2, 0, tail,
+			    x + b * s);
+		return;
+	}
+	if (s <= 24) {
+		for (; b + 2 <= nb; b += 2)
+			rowa_group(y + b * s, a + b * ss, s, 2, 0, 3, 0, tail,
+			    x + b * s);
+		for (; b < nb; b++)
+			rowa_group(y + b * s, a + b * ss, s, 1, 0, 3, 0, tail,
+			    x + b * s);
+		return;
+	}
+	if (s <= 32) {
+		for (; b + 2 <= nb; b += 2)
+			rowa_group(y + b * s, a + b * ss, s, 2, 0, 4, 0, tail,
+			    x + b * s);
+		for (; b < nb; b++)
+			rowa_group(y + b * s, a + b * ss, s, 1, 0, 4, 0, tail,
+			    x + b * s);
+		return;
+	}
+	/* Wide blocks: 64 columns of one block at a time (see avx512). */
+#define ROWA_WIDE(nv, full) rowa_group(y + b * s, a + b * ss, s, 1, j0, \
+	    nv, full, tail, x + b * s)
+	for (; b < nb; b++)
+		for (j0 = 0; j0 < s; j0 += 64)
+			switch (s - j0 >= 64 ? 0 : (s - j0 + 7) / 8) {
+			case 0: ROWA_WIDE(8, 1); break;
+			case 1: ROWA_WIDE(1, 0); break;
+			case 2: ROWA_WIDE(2, 0); break;
+			case 3: ROWA_WIDE(3, 0); break;
+			case 4: ROWA_WIDE(4, 0); break;
+			case 5: ROWA_WIDE(5, 0); break;
+			case 6: ROWA_WIDE(6, 0); break;
+			case 7: ROWA_WIDE(7, 0); break;
+			default: ROWA_WIDE(8, 0); break;
+			}
+#undef ROWA_WIDE
 }
 
 void

@@ -6,6 +6,9 @@
  *
  * Four input rows times four outputs per step: sixteen accumulators,
  * each load of x or a used four times.
+ *
+ * Also the rows times block-diagonal matrices (tq_rowa_fn): masked loads
+ * and stores cover a block of up to 32 columns in two registers.
  */
 #include <immintrin.h>
 
@@ -126,6 +129,97 @@ tq_dot_avx512(const float *x, size_t ldx, size_t n, const float *a,
 			tq_dot_portable(x0, ldx, 1, a + (size_t)o * k, m - o, k,
 			    y + i * ldy + o, ldy);
 	}
+}
+
+/*
+ * Rows times block-diagonal matrices (tq_rowa_fn).  Each output's chain
+ * over o costs an add's latency per step, so one block of 28 (two
+ * registers) would wait on it; g blocks side by side give g * nv
+ * independent chains (up to eight registers), enough to keep both vector
+ * units busy.  Columns past s are masked off in the loads and the stores.
+ * Columns j0 .. j0 + 16 nv of g consecutive blocks; the last register of
+ * each block holds the columns tail selects.
+ */
+static inline __attribute__((always_inline)) void
+rowa_group(const float *y, const float *a, uint32_t s, unsigned g,
+    uint32_t j0, unsigned nv, __mmask16 tail, float *x)
+{
+	__m512 acc[8];
+	unsigned b, q;
+
+#pragma GCC unroll 8
+	for (q = 0; q < 8; q++)
+		acc[q] = _mm512_setzero_ps();
+	for (uint32_t o = 0; o < s; o++) {
+#pragma GCC unroll 8
+		for (b = 0; b < g; b++) {
+			__m512 c = _mm512_set1_ps(y[b * s + o]);
+			const float *ao = a + ((size_t)b * s + o) * s + j0;
+
+#pragma GCC unroll 8
+			for (q = 0; q < nv; q++)
+				MADD(acc[b * nv + q], c, _mm512_maskz_loadu_ps(
+				    q + 1 == nv ? tail : 0xffff, ao + 16 * q));
+		}
+	}
+#pragma GCC unroll 8
+	for (b = 0; b < g; b++)
+#pragma GCC unroll 8
+		for (q = 0; q < nv; q++)
+			_mm512_mask_storeu_ps(x + b * s + j0 + 16 * q,
+			    q + 1 == nv ? tail : 0xffff, acc[b * nv + q]);
+}
+
+void
+tq_rowa_avx512(const float *y, const float *a, uint32_t nb, uint32_t s,
+    float *x)
+{
+	const size_t ss = (size_t)s * s;
+	uint32_t b = 0, j0;
+	__mmask16 tail;
+
+	if (s == 0)
+		return;
+	tail = (__mmask16)(0xffffu >> (15 - (s - 1) % 16));
+	if (s <= 16) {
+		for (; b + 8 <= nb; b += 8)
+			rowa_group(y + b * s, a + b * ss, s, 8, 0, 1, tail,
+			    x + b * s);
+		for (; b < nb; b++)
+			rowa_group(y + b * s, a + b * ss, s, 1, 0, 1, tail,
+			    x + b * s);
+		return;
+	}
+	if (s <= 32) {
+		for (; b + 4 <= nb; b += 4)
+			rowa_group(y + b * s, a + b * ss, s, 4, 0, 2, tail,
+			    x + b * s);
+		for (; b < nb; b++)
+			rowa_group(y + b * s, a + b * ss, s, 1, 0, 2, tail,
+			    x + b * s);
+		return;
+	}
+	/*
+	 * Wide blocks: 128 columns (eight chains) of one block at a time;
+	 * the register count a constant in each call, so that the
+	 * accumulators stay in registers.
+	 */
+#define ROWA_WIDE(nv, t) rowa_group(y + b * s, a + b * ss, s, 1, j0, nv, \
+	    t, x + b * s)
+	for (; b < nb; b++)
+		for (j0 = 0; j0 < s; j0 += 128)
+			switch (s - j0 >= 128 ? 0 : (s - j0 + 15) / 16) {
+			case 0: ROWA_WIDE(8, 0xffff); break;
+			case 1: ROWA_WIDE(1, tail); break;
+			case 2: ROWA_WIDE(2, tail); break;
+			case 3: ROWA_WIDE(3, tail); break;
+			case 4: ROWA_WIDE(4, tail); break;
+			case 5: ROWA_WIDE(5, tail); break;
+			case 6: ROWA_WIDE(6, tail); break;
+			case 7: ROWA_WIDE(7, tail); break;
+			default: ROWA_WIDE(8, tail); break;
+			}
+#undef ROWA_WIDE
 }
 
 /* f16 rows: vcvtph2ps is exact. */

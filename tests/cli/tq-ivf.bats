@@ -183,6 +183,27 @@ print([s["offset"] for s in d["sections"] if s["tag"] == "LIST"][0])')
 	done
 }
 
+@test "narrow structured rotations: same bytes and results with every kernel (TQ_ISA)" {
+	# d = 61, blocks of 7: 5 blocks of 9 and 2 of 8; d = 100, blocks of
+	# 28: 4 of 25.  Five rounds, each through the rowa kernels.
+	mkfix n61.bin 61 400 5 --clusters 4
+	mkfix n100.bin 100 400 6 --clusters 4
+	for d in 61 100; do
+		w=$([ $d = 61 ] && echo 7 || echo 28)
+		for isa in scalar avx2 avx512 amx; do
+			TQ_ISA=$isa "$TQ_BIN/tq-fit" -i n$d.bin --lists 4 \
+			    --rotation structured --rotation-block $w -o $isa.tqq
+			TQ_ISA=$isa "$TQ_BIN/tq-build" -q $isa.tqq -o $isa.tqi \
+			    n$d.bin
+			TQ_ISA=$isa "$TQ_BIN/tq-search" -k 5 --probes 2 \
+			    --oversample 2 -i n$d.bin -o $isa.tsv $isa.tqi
+			cmp scalar.tqq $isa.tqq
+			cmp scalar.tqi $isa.tqi
+			cmp scalar.tsv $isa.tsv
+		done
+	done
+}
+
 @test "tq-fit --lists and tq-build give the same bytes whatever the BLAS threads" {
 	for t in 1 2; do
 		OPENBLAS_NUM_THREADS=$t "$TQ_BIN/tq-fit" -i "$F/c.bin" --lists 12 -o b$t.tqq
