@@ -693,6 +693,20 @@ void tq_f16_portable(const uint8_t *src, size_t n, float *dst);
 void tq_f16_avx2(const uint8_t *src, size_t n, float *dst);
 void tq_f16_avx512(const uint8_t *src, size_t n, float *dst);
 
+/*
+ * Exact keys against f16 originals: key[t] = tq_exact_key(metric, qv, x_t,
+ * dim) for x_t the binary16 row rows[t] (little-endian, as stored),
+ * converted on the fly (exactly, as by the f16 kernels) and summed in the
+ * same double lanes, so the bits are those of tq_exact_key.  Several rows
+ * at once give the adds of several lane chains to overlap.
+ */
+typedef void (*tq_keyf16_fn)(enum tq_metric metric, const float *qv,
+    const uint8_t *const *rows, unsigned n, uint32_t dim, float *key);
+void tq_keyf16_avx2(enum tq_metric metric, const float *qv,
+    const uint8_t *const *rows, unsigned n, uint32_t dim, float *key);
+void tq_keyf16_avx512(enum tq_metric metric, const float *qv,
+    const uint8_t *const *rows, unsigned n, uint32_t dim, float *key);
+
 /* The kernels of one instruction set, chosen once (TQ_ISA overrides). */
 struct tq_kernels {
 	const char *name;
@@ -708,6 +722,8 @@ struct tq_kernels {
 	 */
 	tq_scand_fn scand_tile;
 	tq_rowa_fn rowa;	/* structured rotations */
+	/* Re-rank against f16 originals; NULL: tq_f16_fn and tq_exact_key. */
+	tq_keyf16_fn keyf16;
 };
 const struct tq_kernels *tq_kernels(void);
 

@@ -95,8 +95,12 @@
  */
 #define REFINE 4
 
-/* Candidates whose originals are requested ahead of the re-rank. */
+/*
+ * Candidates whose originals are requested ahead of the re-rank, and
+ * candidates scored together (the f16 key kernels overlap their sums).
+ */
 #define RERANK_AHEAD 4
+#define RERANK_ROWS 4
 /* Most candidates of a tile refined together (refine_tile). */
 #define REFINE_TILE_MAX (1u << 18)
 /* Rows the refinement gathers at once, and its prefetch distance. */
@@ -729,6 +733,29 @@ exact_key(const struct ctx *c, struct worker *w, const float *qv, uint64_t r)
 }
 
 /*
+ * The exact keys of stored rows r[0 .. n) (n <= RERANK_ROWS) for query
+ * vector qv: f16 originals through the kernel that converts as it sums,
+ * where there is one; the same bits as exact_key.
+ */
+static void
+exact_keys(const struct ctx *c, struct worker *w, const float *qv,
+    const uint64_t *r, unsigned n, float *key)
+{
+	const struct tq_index *ix = c->ix;
+	const uint8_t *rows[RERANK_ROWS];
+	unsigned t;
+
+	if (ix->originals == TQ_ORIG_F16 && c->kern->keyf16 != NULL) {
+		for (t = 0; t < n; t++)
+			rows[t] = ix->orig + r[t] * c->dim * 2;
+		c->kern->keyf16(c->metric, qv, rows, n, c->dim, key);
+		return;
+	}
+	for (t = 0; t < n; t++)
+		key[t] = exact_key(c, w, qv, r[t]);
+}
+
+/*
  * The 4-bit fields of rows r[0 .. n) (n <= REFINE_ROWS, 4-bit fields)
  * into val + t * nf for row r[t], nf fields each.  A row's nibbles lie 16
  * bytes apart across its whole block, which the scan left in cache long
@@ -918,23 +945,36 @@ finish(struct worker *w, size_t i, const struct tq_topk *cand,
 	uint64_t *ids = c->ids + i * c->k;
 	float *scores = c->scores + i * c->k;
 	float rk[REFINE_ROWS];	/* refined keys of candidates t - t % 4 .. */
-	uint32_t t;
+	float xk[RERANK_ROWS];	/* exact keys of candidates t - t % 4 .. */
+	uint32_t t, e;
 
 	tq_topk_reset(&w->fin);
 	/*
 	 * Re-rank: the originals of the next RERANK_AHEAD candidates are
-	 * requested while one is scored, so their misses overlap.
+	 * requested while others are scored, so their misses overlap.  The
+	 * candidates' ids, read below, are just as scattered.
 	 */
-	if (c->rerank)
+	if (c->rerank) {
+		for (t = 0; t < cand->len; t++)
+			__builtin_prefetch((const void *)(c->ix->ids + 8 *
+			    cand->id[t]));
 		for (t = 0; t < cand->len && t < RERANK_AHEAD; t++)
 			prefetch_original(c, cand->id[t]);
+	}
 	for (t = 0; t < cand->len; t++) {
 		float key;
 
-		if (c->rerank && t + RERANK_AHEAD < cand->len)
-			prefetch_original(c, cand->id[t + RERANK_AHEAD]);
 		if (c->rerank) {
-			key = exact_key(c, w, qv, cand->id[t]);
+			unsigned u = t % RERANK_ROWS, n = cand->len - t <
+			    RERANK_ROWS ? cand->len - t : RERANK_ROWS;
+
+			if (u == 0) {
+				for (e = t + RERANK_AHEAD; e < cand->len && e <
+				    t + RERANK_AHEAD + n; e++)
+					prefetch_original(c, cand->id[e]);
+				exact_keys(c, w, qv, cand->id + t, n, xk);
+			}
+			key = xk[u];
 		} else if (pre != NULL) {
 			key = pre[t];
 		} else {

@@ -241,3 +241,82 @@ tq_f16_avx2(const uint8_t *src, size_t n, float *dst)
 		    (const __m128i *)(const void *)(src + 2 * i))));
 	tq_f16_portable(src + 2 * i, n - i, dst + i);
 }
+
+/*
+ * Exact keys against f16 rows (tq_keyf16_fn): two registers hold double
+ * lanes 0-3 and 4-7 of tq_exact_key; eight halves are converted at a
+ * time (vcvtph2ps, exact) and widened (exact).  Up to four rows side by
+ * side overlap their chains of adds; the last dim % 8 coordinates are
+ * added lane by lane as exact.c adds them.
+ */
+static inline __attribute__((always_inline)) __m256d
+lane_term(__m256d q, __m256d x, int l2)
+{
+	__m256d e = l2 ? _mm256_sub_pd(q, x) : q;
+
+	return _mm256_mul_pd(e, l2 ? e : x);
+}
+
+static inline __attribute__((always_inline)) void
+keyf16_group(const float *qv, const uint8_t *const *rows, unsigned g,
+    uint32_t dim, int l2, float *key)
+{
+	__m256d lo[4], hi[4];
+	uint32_t d = 0, e;
+	unsigned t;
+
+#pragma GCC unroll 4
+	for (t = 0; t < 4; t++)
+		lo[t] = hi[t] = _mm256_setzero_pd();
+	for (; d + 8 <= dim; d += 8) {
+		__m256 qf = _mm256_loadu_ps(qv + d);
+		__m256d q0 = _mm256_cvtps_pd(_mm256_castps256_ps128(qf));
+		__m256d q1 = _mm256_cvtps_pd(_mm256_extractf128_ps(qf, 1));
+
+#pragma GCC unroll 4
+		for (t = 0; t < g; t++) {
+			__m256 xf = _mm256_cvtph_ps(_mm_loadu_si128(
+			    (const __m128i *)(const void *)(rows[t] + 2 * d)));
+
+			lo[t] = _mm256_add_pd(lo[t], lane_term(q0,
+			    _mm256_cvtps_pd(_mm256_castps256_ps128(xf)), l2));
+			hi[t] = _mm256_add_pd(hi[t], lane_term(q1,
+			    _mm256_cvtps_pd(_mm256_extractf128_ps(xf, 1)), l2));
+		}
+	}
+	for (t = 0; t < g; t++) {
+		double s[8], sum;
+
+		_mm256_storeu_pd(s, lo[t]);
+		_mm256_storeu_pd(s + 4, hi[t]);
+		for (e = d; e < dim; e++) {
+			double q = (double)qv[e], x = (double)tq_f16_to_f32(
+			    rd_le16(rows[t] + 2 * (size_t)e)), v = q - x;
+
+			s[e % 8] += l2 ? v * v : q * x;
+		}
+		/* The pairwise reduction of exact.c. */
+		sum = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) +
+		    (s[6] + s[7]));
+		key[t] = l2 ? (float)-sum : (float)sum;
+	}
+}
+
+void
+tq_keyf16_avx2(enum tq_metric metric, const float *qv,
+    const uint8_t *const *rows, unsigned n, uint32_t dim, float *key)
+{
+	unsigned t = 0;
+
+	if (metric == TQ_METRIC_L2) {
+		for (; t + 4 <= n; t += 4)
+			keyf16_group(qv, rows + t, 4, dim, 1, key + t);
+		for (; t < n; t++)
+			keyf16_group(qv, rows + t, 1, dim, 1, key + t);
+	} else {
+		for (; t + 4 <= n; t += 4)
+			keyf16_group(qv, rows + t, 4, dim, 0, key + t);
+		for (; t < n; t++)
+			keyf16_group(qv, rows + t, 1, dim, 0, key + t);
+	}
+}

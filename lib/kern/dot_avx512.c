@@ -233,3 +233,107 @@ tq_f16_avx512(const uint8_t *src, size_t n, float *dst)
 		    (const __m256i *)(const void *)(src + 2 * i))));
 	tq_f16_portable(src + 2 * i, n - i, dst + i);
 }
+
+/*
+ * Exact keys against f16 rows (tq_keyf16_fn).  One register holds the
+ * eight double lanes of tq_exact_key, so coordinate d lands in lane d % 8
+ * by position alone: 16 halves are converted at a time (vcvtph2ps,
+ * exact), each half of the result widened to double (exact) and added in
+ * the order d, d + 8.  A lane's chain costs an add's latency per step;
+ * g rows side by side (up to four) overlap their chains and share the
+ * query's conversions.  The last dim % 16 coordinates go through masked
+ * loads and masked adds, which leave the other lanes as they are.
+ */
+static inline __attribute__((always_inline)) __m512d
+lane_term(__m512d q, __m512d x, int l2)
+{
+	__m512d e = l2 ? _mm512_sub_pd(q, x) : q;
+
+	return _mm512_mul_pd(e, l2 ? e : x);
+}
+
+static inline __attribute__((always_inline)) __m512d
+lo_pd(__m512 f)
+{
+	return _mm512_cvtps_pd(_mm512_castps512_ps256(f));
+}
+
+static inline __attribute__((always_inline)) __m512d
+hi_pd(__m512 f)
+{
+	return _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(
+	    _mm512_castps_pd(f), 1)));
+}
+
+static inline __attribute__((always_inline)) void
+keyf16_group(const float *qv, const uint8_t *const *rows, unsigned g,
+    uint32_t dim, int l2, float *key)
+{
+	__m512d acc[4];
+	uint32_t d = 0, rem;
+	unsigned t;
+
+#pragma GCC unroll 4
+	for (t = 0; t < 4; t++)
+		acc[t] = _mm512_setzero_pd();
+	for (; d + 16 <= dim; d += 16) {
+		__m512 qf = _mm512_loadu_ps(qv + d);
+		__m512d q0 = lo_pd(qf), q1 = hi_pd(qf);
+
+#pragma GCC unroll 4
+		for (t = 0; t < g; t++) {
+			__m512 xf = _mm512_cvtph_ps(_mm256_loadu_si256(
+			    (const __m256i *)(const void *)(rows[t] + 2 * d)));
+
+			acc[t] = _mm512_add_pd(acc[t], lane_term(q0, lo_pd(xf),
+			    l2));
+			acc[t] = _mm512_add_pd(acc[t], lane_term(q1, hi_pd(xf),
+			    l2));
+		}
+	}
+	if ((rem = dim - d) > 0) {
+		__mmask16 m = (__mmask16)((1u << rem) - 1);
+		__mmask8 m0 = (__mmask8)m, m1 = (__mmask8)(m >> 8);
+		__m512 qf = _mm512_maskz_loadu_ps(m, qv + d);
+		__m512d q0 = lo_pd(qf), q1 = hi_pd(qf);
+
+#pragma GCC unroll 4
+		for (t = 0; t < g; t++) {
+			__m512 xf = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m,
+			    rows[t] + 2 * d));
+
+			acc[t] = _mm512_mask_add_pd(acc[t], m0, acc[t],
+			    lane_term(q0, lo_pd(xf), l2));
+			acc[t] = _mm512_mask_add_pd(acc[t], m1, acc[t],
+			    lane_term(q1, hi_pd(xf), l2));
+		}
+	}
+	for (t = 0; t < g; t++) {
+		double s[8], sum;
+
+		_mm512_storeu_pd(s, acc[t]);
+		/* The pairwise reduction of exact.c. */
+		sum = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) +
+		    (s[6] + s[7]));
+		key[t] = l2 ? (float)-sum : (float)sum;
+	}
+}
+
+void
+tq_keyf16_avx512(enum tq_metric metric, const float *qv,
+    const uint8_t *const *rows, unsigned n, uint32_t dim, float *key)
+{
+	unsigned t = 0;
+
+	if (metric == TQ_METRIC_L2) {
+		for (; t + 4 <= n; t += 4)
+			keyf16_group(qv, rows + t, 4, dim, 1, key + t);
+		for (; t < n; t++)
+			keyf16_group(qv, rows + t, 1, dim, 1, key + t);
+	} else {
+		for (; t + 4 <= n; t += 4)
+			keyf16_group(qv, rows + t, 4, dim, 0, key + t);
+		for (; t < n; t++)
+			keyf16_group(qv, rows + t, 1, dim, 0, key + t);
+	}
+}

@@ -595,6 +595,100 @@ test_rowa(void)
 }
 
 /*
+ * The exact-key kernels against f16 rows: AVX2 and AVX-512 against the
+ * f16 conversion and tq_exact_key, bit for bit, for both kinds of sum (l2
+ * and inner product), lengths around every multiple of 8 and 16, row
+ * counts that leave every remainder of the groups of four, and halves of
+ * every kind but Inf and NaN (subnormals, the largest, both signs).  Each
+ * row ends at its buffer's end.  A second query puts +-1e20 in lanes 0
+ * and 1, against halves of 1: the inner products then cancel to what the
+ * rounding in each lane left, which shows in the float key if a kernel
+ * sums in another order.
+ */
+static void
+test_keyf16(void)
+{
+	static const uint32_t dims[] = { 1, 3, 7, 8, 9, 15, 16, 17, 23, 31,
+	    32, 33, 100, 784, 785 };
+	const struct {
+		const char *name;
+		tq_keyf16_fn fn;
+		int run;
+	} kk[] = {
+		{ "avx2", tq_keyf16_avx2, runnable[0] &&
+		    __builtin_cpu_supports("f16c") },
+		{ "avx512", tq_keyf16_avx512, runnable[1] },
+	};
+	int bad[2] = { 0, 0 };
+
+	for (size_t di = 0; di < sizeof(dims) / sizeof(dims[0]); di++) {
+		uint32_t dim = dims[di];
+		float *qv = malloc(dim * sizeof(float));
+		float *x = malloc(dim * sizeof(float));
+		uint8_t *rows[9];
+		float want[9], got[9];
+
+		for (uint32_t d = 0; d < dim; d++)
+			qv[d] = (float)((int32_t)rnd() % 20001) * (rnd() % 2 ?
+			    1e-3f : 7.1f);
+		for (unsigned t = 0; t < 9; t++) {
+			rows[t] = malloc(2 * (size_t)dim);
+			for (uint32_t d = 0; d < dim; d++) {
+				uint16_t h = (uint16_t)rnd();
+
+				/* No Inf or NaN: exponent 31 becomes 30. */
+				if ((h & 0x7c00) == 0x7c00)
+					h &= (uint16_t)~0x0400;
+				rows[t][2 * d] = (uint8_t)h;
+				rows[t][2 * d + 1] = (uint8_t)(h >> 8);
+			}
+		}
+		for (int l2 = 0; l2 <= 3; l2++) {
+			enum tq_metric m = l2 % 2 ? TQ_METRIC_L2 : TQ_METRIC_IP;
+
+			if (l2 == 2 && dim >= 2) {
+				qv[0] = 1e20f;
+				qv[1] = -1e20f;
+				for (unsigned t = 0; t < 9; t++) {
+					rows[t][0] = rows[t][2] = 0x00;
+					rows[t][1] = rows[t][3] = 0x3c;
+				}
+			}
+
+			for (unsigned t = 0; t < 9; t++) {
+				tq_f16_portable(rows[t], dim, x);
+				want[t] = tq_exact_key(m, qv, x, dim);
+			}
+			for (size_t k = 0; k < 2; k++) {
+				if (!kk[k].run)
+					continue;
+				for (unsigned n = 1; n <= 9; n++) {
+					memset(got, 0xee, sizeof(got));
+					kk[k].fn(m, qv, (const uint8_t *const *)
+					    rows, n, dim, got);
+					bad[k] |= memcmp(got, want, n *
+					    sizeof(float)) != 0;
+					/* Nothing written past key[n - 1]. */
+					if (n < 9)
+						bad[k] |= memcmp(got + n,
+						    "\xee\xee\xee\xee", 4) != 0;
+				}
+			}
+		}
+		for (unsigned t = 0; t < 9; t++)
+			free(rows[t]);
+		free(qv);
+		free(x);
+	}
+	for (size_t k = 0; k < 2; k++) {
+		if (bad[k])
+			fprintf(stderr, "keyf16 kernel %s differs\n", kk[k].name);
+		if (kk[k].run)
+			CHECK(!bad[k]);
+	}
+}
+
+/*
  * The f16 kernels against the portable one on all 65536 values, at
  * lengths that leave every tail (a NaN need only stay a NaN: hardware
  * quietens a signalling one), and the portable one against hand values.
@@ -680,6 +774,7 @@ main(void)
 	RUN(test_dot);
 	RUN(test_rowa);
 	RUN(test_f16);
+	RUN(test_keyf16);
 	RUN(test_multi);
 	RUN(test_dot_form);
 	RUN(test_keys);
