@@ -335,6 +335,10 @@ tq_decode(const struct tq_quantizer *q, const uint8_t *codes,
 /* ------------------------------------------------------------------------ */
 /* Row layout: coordinate j at bits [j*bits, (j+1)*bits), little-endian.    */
 
+/*
+ * Widths that divide 8 go a byte at a time (a tenth of an IVF append was
+ * the bit-serial loop below); 3 bits straddle bytes.
+ */
 void
 tq_pack_row(const struct tq_quantizer *q, const uint8_t *codes,
     uint8_t *packed)
@@ -343,6 +347,26 @@ tq_pack_row(const struct tq_quantizer *q, const uint8_t *codes,
 	uint32_t acc = 0, j;
 	size_t o = 0;
 
+	if (bits == 4) {
+		for (j = 0; j + 2 <= q->dim; j += 2)
+			packed[o++] = (uint8_t)((codes[j] & 15u) |
+			    (codes[j + 1] & 15u) << 4);
+		if (j < q->dim)
+			packed[o] = (uint8_t)(codes[j] & 15u);
+		return;
+	}
+	if (bits != 3) {
+		unsigned per = 8 / bits, i;
+
+		for (j = 0; j < q->dim; j += per, o++) {
+			unsigned v = 0;
+
+			for (i = 0; i < per && j + i < q->dim; i++)
+				v |= (codes[j + i] & mask) << (i * bits);
+			packed[o] = (uint8_t)v;
+		}
+		return;
+	}
 	for (j = 0; j < q->dim; j++) {
 		acc |= (uint32_t)(codes[j] & mask) << nacc;
 		nacc += bits;
@@ -364,6 +388,24 @@ tq_unpack_row(const struct tq_quantizer *q, const uint8_t *packed,
 	uint32_t acc = 0, j;
 	size_t o = 0;
 
+	if (bits == 4) {
+		for (j = 0; j + 2 <= q->dim; j += 2, o++) {
+			codes[j] = (uint8_t)(packed[o] & 15u);
+			codes[j + 1] = (uint8_t)(packed[o] >> 4);
+		}
+		if (j < q->dim)
+			codes[j] = (uint8_t)(packed[o] & 15u);
+		return;
+	}
+	if (bits != 3) {
+		unsigned per = 8 / bits, i;
+
+		for (j = 0; j < q->dim; j += per, o++)
+			for (i = 0; i < per && j + i < q->dim; i++)
+				codes[j + i] = (uint8_t)(packed[o] >>
+				    (i * bits) & mask);
+		return;
+	}
 	for (j = 0; j < q->dim; j++) {
 		if (nacc < bits) {
 			acc |= (uint32_t)packed[o++] << nacc;
@@ -405,6 +447,18 @@ tq_pack_block(const struct tq_quantizer *q, const uint8_t *codes,
 	uint32_t f, j;
 
 	memset(block, 0, tq_block_bytes(q));
+	if (q->field_bits == 4 && q->coords_per_field == 1) {
+		/* Row by row, the codes read in order. */
+		for (j = 0; j < rows && j < TQ_BLOCK; j++) {
+			const uint8_t *c = codes + j * d;
+			uint8_t *o = block + (j & 15);
+			unsigned sh = j < 16 ? 0 : 4;
+
+			for (f = 0; f < d; f++)
+				o[f * 16] |= (uint8_t)((c[f] & 15u) << sh);
+		}
+		return;
+	}
 	if (q->field_bits == 4) {
 		for (f = 0; f < q->nfields; f++)
 			for (j = 0; j < rows && j < TQ_BLOCK; j++) {
@@ -438,6 +492,14 @@ tq_unpack_block_row(const struct tq_quantizer *q, const uint8_t *block,
 	unsigned cpf = q->coords_per_field, mask = q->nlevels - 1, i;
 	uint32_t f;
 
+	if (q->field_bits == 4 && cpf == 1) {
+		const uint8_t *p = block + (j & 15);
+		unsigned sh = j < 16 ? 0 : 4;
+
+		for (f = 0; f < q->dim; f++)
+			codes[f] = (uint8_t)(p[f * 16] >> sh & 15u);
+		return;
+	}
 	for (f = 0; f < q->nfields; f++) {
 		unsigned v;
 
