@@ -67,6 +67,12 @@ configure(unsigned nq)
 		cfg.colsb[t] = 64;
 		cfg.rows[t] = t <= 2 || t == 7 ? (uint8_t)nq : 16;
 	}
+	/*
+	 * gcc 12 does not count ldtilecfg as a reader of all 64 bytes and
+	 * dropped the memset of tiles 8..15: their stack garbage made
+	 * ldtilecfg fault (SIGSEGV, now and then, as the stack held).
+	 */
+	__asm__ volatile("" : : "r"(&cfg) : "memory");
 	_tile_loadconfig(&cfg);
 }
 
