@@ -232,6 +232,15 @@ struct build {
 	uint64_t soff, srows;
 	size_t rec;		/* spill record bytes */
 	uint64_t *count;	/* rows a list */
+	/*
+	 * An append to an IVF index without deleted rows: the old rows of
+	 * list l (ocount[l] of them, from row ooff[l] of old) come first in
+	 * it, read from old when the list is written instead of going
+	 * through the spill.
+	 */
+	const struct tq_index *old;
+	uint64_t *ocount;
+	uint64_t *ooff;
 };
 
 static void
@@ -249,6 +258,8 @@ build_free(struct build *b)
 	free(b->lsc);
 	free(b->sbuf);
 	free(b->count);
+	free(b->ocount);
+	free(b->ooff);
 	if (b->sfd >= 0)
 		close(b->sfd);
 }
@@ -596,6 +607,25 @@ open_output(struct build *b, const char *path, uint64_t n)
 	return reserve_rows(b, n, nblocks);
 }
 
+/* Row r of old (live) into row `at` of the chunk buffers. */
+static void
+old_row_to_chunk(struct build *b, const struct tq_index *ix, uint64_t r,
+    size_t at)
+{
+	const struct tq_quantizer *q = ix->q;
+	const float *fs = ix->factors + r / TQ_BLOCK * TQ_BLOCK * TQ_NFACTORS;
+	unsigned j = (unsigned)(r % TQ_BLOCK);
+	size_t ob = orig_bytes(b);
+
+	tq_unpack_block_row(q, ix->codes + r / TQ_BLOCK * ix->block_bytes, j,
+	    b->codes + at * q->dim);
+	for (unsigned f = 0; f < TQ_NFACTORS; f++)
+		b->factors[at * TQ_NFACTORS + f] = fs[f * TQ_BLOCK + j];
+	memcpy(b->idbuf + 8 * at, ix->ids + 8 * r, 8);
+	if (ob > 0)
+		memcpy(b->obuf + at * ob, ix->orig + r * ob, ob);
+}
+
 /*
  * Writes the spilled rows list by list.  Output rows [r0, r1) form a
  * window of at most p->memory bytes of records; one sequential read of
@@ -650,6 +680,9 @@ ivf_emit(struct build *b, const char *path)
 		size_t at = 0;
 
 		memcpy(cur, off, nl * sizeof(*cur));
+		if (b->old != NULL)
+			for (uint32_t l = 0; l < nl; l++)
+				cur[l] += b->ocount[l];
 		while (so < b->soff) {
 			size_t len = b->soff - so < rbytes ?
 			    (size_t)(b->soff - so) : rbytes;
@@ -672,8 +705,15 @@ ivf_emit(struct build *b, const char *path)
 			}
 			so += len;
 		}
-		for (uint64_t r = r0; r < r1; r++) {
-			record_to_chunk(b, wbuf + (r - r0) * b->rec, at);
+		for (uint64_t r = r0, l = 0; r < r1; r++) {
+			while (b->old != NULL && off[l + 1] <= r)
+				l++;
+			if (b->old != NULL && r - off[l] < b->ocount[l])
+				old_row_to_chunk(b, b->old, b->ooff[l] + (r -
+				    off[l]), at);
+			else
+				record_to_chunk(b, wbuf + (r - r0) * b->rec,
+				    at);
 			if (++at == b->chunk) {
 				if ((st = merge_flush(b, at)) != TQ_OK)
 					goto done;
@@ -1252,7 +1292,29 @@ append_run(struct build *b, const struct tq_index *ix, struct source *src,
 	else
 		TQ_TRY(open_output(b, out, total));
 
-	for (uint64_t r = 0, l = 0; r < ix->n; r++) {
+	/*
+	 * IVF without deleted rows: each old list goes out as it is, ahead
+	 * of its new rows, straight from ix (ivf_emit), not through the
+	 * spill, which then holds the new rows alone: the same bytes.  An
+	 * append of 10% to 1M x 1024 took 8.6 s through the spill, 6.3 s
+	 * this way (building the new rows alone: 4.6 s).
+	 */
+	if (b->ivf && ix->live == ix->n) {
+		uint32_t nl = q->ivf.nlist;
+
+		b->ocount = tq_callocarray(nl, sizeof(*b->ocount));
+		b->ooff = tq_callocarray(nl, sizeof(*b->ooff));
+		if (b->ocount == NULL || b->ooff == NULL)
+			return tq_fail(TQ_ERR_NOMEM, "out of memory");
+		for (uint32_t l = 0; l < nl; l++) {
+			b->ooff[l] = tq_list_off(ix, l);
+			b->ocount[l] = tq_list_off(ix, l + 1) - b->ooff[l];
+			b->count[l] += b->ocount[l];
+		}
+		b->srows += ix->n;
+		b->old = ix;
+	}
+	for (uint64_t r = 0, l = 0; b->old == NULL && r < ix->n; r++) {
 		const float *fs = ix->factors + r / TQ_BLOCK * TQ_BLOCK *
 		    TQ_NFACTORS;
 		unsigned j = (unsigned)(r % TQ_BLOCK);
