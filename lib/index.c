@@ -1254,18 +1254,18 @@ done:
  * The live rows of ix, then the rows of src (if any), through the chunk
  * buffers of b: old rows are unpacked from their blocks and re-packed with
  * the new ones, so blocks stay full and the bytes equal a fresh build's.
+ * In an IVF index they reach their lists through the spill, or, with no
+ * deleted rows, straight from ix when the lists are written (ivf_emit).
  */
 static enum tq_status
 append_run(struct build *b, const struct tq_index *ix, struct source *src,
     const char *out)
 {
 	const struct tq_quantizer *q = ix->q;
-	size_t dim = q->dim, ow, at = 0, got;
+	size_t dim = q->dim, ob = orig_bytes(b), at = 0, got;
 	uint64_t nnew = 0, total, row, next = 0;
 	unsigned threads = b->p->threads ? b->p->threads : tq_ncpu();
 
-	ow = ix->originals == TQ_ORIG_F32 ? 4 : ix->originals == TQ_ORIG_F16 ?
-	    2 : 0;
 	if (src->r != NULL) {
 		if (tq_reader_count(src->r) < 0)
 			TQ_TRY(source_spool(src, out, b->x, b->chunk));
@@ -1315,10 +1315,6 @@ append_run(struct build *b, const struct tq_index *ix, struct source *src,
 		b->old = ix;
 	}
 	for (uint64_t r = 0, l = 0; b->old == NULL && r < ix->n; r++) {
-		const float *fs = ix->factors + r / TQ_BLOCK * TQ_BLOCK *
-		    TQ_NFACTORS;
-		unsigned j = (unsigned)(r % TQ_BLOCK);
-
 		if (row_dead(ix, r))
 			continue;
 		if (b->ivf) {
@@ -1328,14 +1324,7 @@ append_run(struct build *b, const struct tq_index *ix, struct source *src,
 			for (uint32_t t = 1; t < b->dups; t++)
 				b->lab[at * b->dups + t] = UINT32_MAX;
 		}
-		tq_unpack_block_row(q, ix->codes + r / TQ_BLOCK *
-		    ix->block_bytes, j, b->codes + at * dim);
-		for (unsigned f = 0; f < TQ_NFACTORS; f++)
-			b->factors[at * TQ_NFACTORS + f] = fs[f * TQ_BLOCK + j];
-		memcpy(b->idbuf + 8 * at, ix->ids + 8 * r, 8);
-		if (ow > 0)
-			memcpy(b->obuf + at * dim * ow, ix->orig + r * dim * ow,
-			    dim * ow);
+		old_row_to_chunk(b, ix, r, at);
 		if (++at == b->chunk) {
 			TQ_TRY(rows_out(b, at));
 			at = 0;
@@ -1369,9 +1358,9 @@ append_run(struct build *b, const struct tq_index *ix, struct source *src,
 			for (size_t i = 0; i < got; i++)
 				wr_le64(b->idbuf + 8 * (at + i), next + row + i);
 		}
-		if (ow > 0)
+		if (ob > 0)
 			convert_originals(q, ix->originals, b->x + at * dim,
-			    got, b->obuf + at * dim * ow);
+			    got, b->obuf + at * ob);
 		at += got;
 		if (at == b->chunk) {
 			TQ_TRY(rows_out(b, at));
