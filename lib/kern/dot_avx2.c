@@ -163,12 +163,28 @@ rowa_group(const float *y, const float *a, uint32_t s, unsigned g,
 		}
 }
 
+/* Blocks 0 .. nb - 1 of s columns (nv registers), g at a time, then one. */
+static inline __attribute__((always_inline)) void
+rowa_blocks(const float *y, const float *a, uint32_t nb, uint32_t s,
+    unsigned g, unsigned nv, __m256i tail, float *x)
+{
+	const size_t ss = (size_t)s * s;
+	uint32_t b = 0;
+
+	for (; b + g <= nb; b += g)
+		rowa_group(y + b * s, a + b * ss, s, g, 0, nv, 0, tail,
+		    x + b * s);
+	for (; b < nb; b++)
+		rowa_group(y + b * s, a + b * ss, s, 1, 0, nv, 0, tail,
+		    x + b * s);
+}
+
 void
 tq_rowa_avx2(const float *y, const float *a, uint32_t nb, uint32_t s,
     float *x)
 {
 	const size_t ss = (size_t)s * s;
-	uint32_t b = 0, j0;
+	uint32_t b, j0;
 	__m256i tail;
 
 	if (s == 0)
@@ -176,46 +192,27 @@ tq_rowa_avx2(const float *y, const float *a, uint32_t nb, uint32_t s,
 	/* Lanes below (s - 1) % 8 + 1 set. */
 	tail = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)((s - 1) % 8 + 1)),
 	    _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+	/* Groups of blocks that keep eight registers of sums, or nearly. */
 	if (s <= 8) {
-		for (; b + 8 <= nb; b += 8)
-			rowa_group(y + b * s, a + b * ss, s, 8, 0, 1, 0, tail,
-			    x + b * s);
-		for (; b < nb; b++)
-			rowa_group(y + b * s, a + b * ss, s, 1, 0, 1, 0, tail,
-			    x + b * s);
+		rowa_blocks(y, a, nb, s, 8, 1, tail, x);
 		return;
 	}
 	if (s <= 16) {
-		for (; b + 4 <= nb; b += 4)
-			rowa_group(y + b * s, a + b * ss, s, 4, 0, 2, 0, tail,
-			    x + b * s);
-		for (; b < nb; b++)
-			rowa_group(y + b * s, a + b * ss, s, 1, 0, 2, 0, tail,
-			    x + b * s);
+		rowa_blocks(y, a, nb, s, 4, 2, tail, x);
 		return;
 	}
 	if (s <= 24) {
-		for (; b + 2 <= nb; b += 2)
-			rowa_group(y + b * s, a + b * ss, s, 2, 0, 3, 0, tail,
-			    x + b * s);
-		for (; b < nb; b++)
-			rowa_group(y + b * s, a + b * ss, s, 1, 0, 3, 0, tail,
-			    x + b * s);
+		rowa_blocks(y, a, nb, s, 2, 3, tail, x);
 		return;
 	}
 	if (s <= 32) {
-		for (; b + 2 <= nb; b += 2)
-			rowa_group(y + b * s, a + b * ss, s, 2, 0, 4, 0, tail,
-			    x + b * s);
-		for (; b < nb; b++)
-			rowa_group(y + b * s, a + b * ss, s, 1, 0, 4, 0, tail,
-			    x + b * s);
+		rowa_blocks(y, a, nb, s, 2, 4, tail, x);
 		return;
 	}
 	/* Wide blocks: 64 columns of one block at a time (see avx512). */
 #define ROWA_WIDE(nv, full) rowa_group(y + b * s, a + b * ss, s, 1, j0, \
 	    nv, full, tail, x + b * s)
-	for (; b < nb; b++)
+	for (b = 0; b < nb; b++)
 		for (j0 = 0; j0 < s; j0 += 64)
 			switch (s - j0 >= 64 ? 0 : (s - j0 + 7) / 8) {
 			case 0: ROWA_WIDE(8, 1); break;
@@ -302,21 +299,26 @@ keyf16_group(const float *qv, const uint8_t *const *rows, unsigned g,
 	}
 }
 
+/* n rows, four at a time, then one by one. */
+static inline __attribute__((always_inline)) void
+keyf16_rows(const float *qv, const uint8_t *const *rows, unsigned n,
+    uint32_t dim, int l2, float *key)
+{
+	unsigned t = 0;
+
+	for (; t + 4 <= n; t += 4)
+		keyf16_group(qv, rows + t, 4, dim, l2, key + t);
+	for (; t < n; t++)
+		keyf16_group(qv, rows + t, 1, dim, l2, key + t);
+}
+
 void
 tq_keyf16_avx2(enum tq_metric metric, const float *qv,
     const uint8_t *const *rows, unsigned n, uint32_t dim, float *key)
 {
-	unsigned t = 0;
-
-	if (metric == TQ_METRIC_L2) {
-		for (; t + 4 <= n; t += 4)
-			keyf16_group(qv, rows + t, 4, dim, 1, key + t);
-		for (; t < n; t++)
-			keyf16_group(qv, rows + t, 1, dim, 1, key + t);
-	} else {
-		for (; t + 4 <= n; t += 4)
-			keyf16_group(qv, rows + t, 4, dim, 0, key + t);
-		for (; t < n; t++)
-			keyf16_group(qv, rows + t, 1, dim, 0, key + t);
-	}
+	/* The metric a constant in each copy. */
+	if (metric == TQ_METRIC_L2)
+		keyf16_rows(qv, rows, n, dim, 1, key);
+	else
+		keyf16_rows(qv, rows, n, dim, 0, key);
 }
