@@ -347,14 +347,6 @@ tq_pack_row(const struct tq_quantizer *q, const uint8_t *codes,
 	uint32_t acc = 0, j;
 	size_t o = 0;
 
-	if (bits == 4) {
-		for (j = 0; j + 2 <= q->dim; j += 2)
-			packed[o++] = (uint8_t)((codes[j] & 15u) |
-			    (codes[j + 1] & 15u) << 4);
-		if (j < q->dim)
-			packed[o] = (uint8_t)(codes[j] & 15u);
-		return;
-	}
 	if (bits != 3) {
 		unsigned per = 8 / bits, i;
 
@@ -388,15 +380,6 @@ tq_unpack_row(const struct tq_quantizer *q, const uint8_t *packed,
 	uint32_t acc = 0, j;
 	size_t o = 0;
 
-	if (bits == 4) {
-		for (j = 0; j + 2 <= q->dim; j += 2, o++) {
-			codes[j] = (uint8_t)(packed[o] & 15u);
-			codes[j + 1] = (uint8_t)(packed[o] >> 4);
-		}
-		if (j < q->dim)
-			codes[j] = (uint8_t)(packed[o] & 15u);
-		return;
-	}
 	if (bits != 3) {
 		unsigned per = 8 / bits, i;
 

@@ -497,10 +497,11 @@ static inline uint64_t tq_index_id(const struct tq_index *ix, uint64_t i)
  * adds one entry per field.
  *
  * Dot form (`dot`: 4-bit fields of 1 or 2 coordinates of 4 or 2 bits;
- * the kernels also take 4 coordinates of 1 bit): the query as int8, r8[c] = round(rq[c] * (127 / max |rq|)), ties
- * to even (0 past dim), and the quantizer's levels as 7-bit integers,
- * c7[v] = round((centroid[v] - centroid[0]) / sc) with sc =
- * (centroid[last] - centroid[0]) / 127.  The sum is the exact int32 dot
+ * the kernels also take 4 coordinates of 1 bit): the query as int8,
+ * r8[c] = round(rq[c] * (127 / max |rq|)), ties to even (0 past dim),
+ * and the quantizer's levels as 7-bit integers, c7[v] = round((centroid[v]
+ * - centroid[0]) / sc) with sc = (centroid[last] - centroid[0]) / 127.
+ * The sum is the exact int32 dot
  * product sum_c r8[c] * c7[code c], so with sq = max |rq| / 127, scale =
  * sq * sc and bias = sq * centroid[0] * sum_c r8[c].  Products of int8
  * and u8 are what VNNI and AMX multiply natively.
@@ -573,10 +574,10 @@ tq_scan_fn tq_scan_kernel(void);
  * acc[j * acc_stride + b * 32 + v] = the int32 (as u32 bits) sum over
  * fields f < nfields and planes t < planes of coordinate t's value,
  * q8[j * q8_stride + (f - f % 4) * planes + 4 * t + f % 4] (struct
- * tq_lut's order), times lev[t * 16 + field f of vector v].  Each q8 row holds planes * (nfields rounded up to
- * TQ_DOT_PAD) values, zero past the last coordinate; nq >= 1.  |sum| <=
- * 127 * 127 * 65536 < 2^31.  Every kernel gives the same sums as
- * tq_scand_scalar.
+ * tq_lut's order), times lev[t * 16 + field f of vector v].  Each q8 row
+ * holds planes * (nfields rounded up to TQ_DOT_PAD) values, zero past the
+ * last coordinate; nq >= 1.  |sum| <= 127 * 127 * 65536 < 2^31.  Every
+ * kernel gives the same sums as tq_scand_scalar.
  */
 typedef void (*tq_scand_fn)(const uint8_t *blocks, size_t nblocks,
     size_t block_bytes, unsigned nfields, unsigned planes, const int8_t *q8,

@@ -534,8 +534,9 @@ scand_block(const struct kd *k, const uint8_t *block, unsigned nfields,
  * One query over one block.  vpdpbusd's latency (5 cycles) bounds a
  * single chain of sums, so each half keeps a sum per plane and per even
  * and odd group of four fields (two per plane if one plane), added at the
- * end: exact integers, the same result.  Hot, with 1536 fields: 40 GB/s
- * with one chain per half, 2 planes 21 GB/s, against 46 and 43 split.
+ * end: exact integers, the same result.  Hot (bench-kernels, 1536
+ * coordinates): one chain per half gave 40 GB/s at 4 bits and 21 at 2,
+ * the split sums 47 and 33.
  */
 /* Four fields at p into the sums of scand_one; odd selects the set. */
 static inline __attribute__((always_inline)) void

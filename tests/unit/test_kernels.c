@@ -533,8 +533,8 @@ test_dot(void)
  * sizes on both sides of every register and group width (28: the narrow
  * layout at d = 784; wide blocks whose last 64 or 128 columns are full,
  * short by one register or short by a few lanes), block counts that
- * leave every remainder of the groups, and values of mixed magnitude.  The matrices and rows end at
- * their buffers' ends (AddressSanitizer sees a read past them) and the
+ * leave every remainder of the groups, and values of mixed magnitude.
+ * The matrices and rows end at their buffers' ends (AddressSanitizer sees a read past them) and the
  * output has a guard after it.  Then the order by hand.
  */
 static void
