@@ -505,6 +505,207 @@ tq_unpack_block_row(const struct tq_quantizer *q, const uint8_t *block,
 	}
 }
 
+/*
+ * Row j of a block from one row in the row layout (tq_pack_row), without
+ * unpacking it: a field is coords_per_field consecutive coordinates, so
+ * field f is the bit string [f * w, f * w + w) of the row, w = cpf * bits
+ * (4 or 6).  Bits past the row's bytes are the padding's zeros.
+ */
+static unsigned
+row_field6(const uint8_t *packed, size_t cb, uint32_t f)
+{
+	size_t bit = (size_t)f * 6, o = bit / 8;
+	unsigned v;
+
+	if (o >= cb)
+		return 0;
+	v = packed[o];
+	if (o + 1 < cb)
+		v |= (unsigned)packed[o + 1] << 8;
+	return v >> (bit % 8) & 63u;
+}
+
+void
+tq_block_put_row(const struct tq_quantizer *q, const uint8_t *packed,
+    unsigned j, uint8_t *block)
+{
+	size_t cb = tq_code_bytes(q), i;
+	uint32_t f;
+
+	if (q->field_bits == 4) {
+		/* Byte i of the row is fields 2i and 2i + 1; 2 cb <= nfields. */
+		uint8_t *o = block + (j & 15);
+		unsigned sh = j < 16 ? 0 : 4, keep = j < 16 ? 0xf0u : 0x0fu;
+
+		for (i = 0; i < cb; i++) {
+			o[32 * i] = (uint8_t)((o[32 * i] & keep) |
+			    (packed[i] & 15u) << sh);
+			o[32 * i + 16] = (uint8_t)((o[32 * i + 16] & keep) |
+			    (unsigned)(packed[i] >> 4) << sh);
+		}
+		for (f = (uint32_t)(2 * cb); f < q->nfields; f++)
+			o[16 * f] &= (uint8_t)keep;
+		return;
+	}
+	for (f = 0; f < q->nfields; f += 4) {
+		uint8_t *A = block + f / 4 * 96;
+		unsigned f0 = row_field6(packed, cb, f);
+		unsigned f1 = row_field6(packed, cb, f + 1);
+		unsigned f2 = row_field6(packed, cb, f + 2);
+		unsigned f3 = row_field6(packed, cb, f + 3);
+
+		A[j] = (uint8_t)(f0 | (f3 & 3) << 6);
+		A[32 + j] = (uint8_t)(f1 | ((f3 >> 2) & 3) << 6);
+		A[64 + j] = (uint8_t)(f2 | (f3 >> 4) << 6);
+	}
+}
+
+/*
+ * Moving a run of rows between blocks at another offset mod 32 (an IVF
+ * append moves each old list this way) without unpacking them.
+ *
+ * 4-bit fields: byte k of a field holds rows k and k + 16.  Over two
+ * source blocks A and B (rows 0..63 of the run's source) the 48 bytes
+ *	Y = A[0..15], M[0..15], B[0..15],   M[i] = A[i] >> 4 | B[i] << 4
+ * hold rows k and k + 16 in byte k for every k < 48.  So when row j of
+ * the destination block is source row j + t (0 <= t < 32), its field is
+ * Y[t .. t + 15]: a byte shift, done on 64-bit words, then merged under
+ * the mask of the rows the run covers.
+ */
+#define NIBBLES_LO 0x0f0f0f0f0f0f0f0full
+
+/*
+ * Eight bytes as a little-endian word, so that shifts move whole rows.
+ * GCC does not merge wr_le64's byte stores here: on a little-endian host
+ * the words are plain loads and stores.
+ */
+static inline uint64_t
+ld_word(const uint8_t *p)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	uint64_t v;
+
+	memcpy(&v, p, 8);
+	return v;
+#else
+	return rd_le64(p);
+#endif
+}
+
+static inline void
+st_word(uint8_t *p, uint64_t v)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	memcpy(p, &v, 8);
+#else
+	wr_le64(p, v);
+#endif
+}
+
+/*
+ * The fields of one destination block: its bytes start at byte 8k of y
+ * plus r bits (t = 8k + r / 8).  k is a constant in each caller, so y
+ * stays in registers.  (x << 1) << (63 - r) is x << (64 - r) without the
+ * undefined shift by 64 when r is 0.
+ */
+static inline __attribute__((always_inline)) void
+shift_fields4(const uint8_t *a, const uint8_t *b, uint8_t *o, uint32_t nf,
+    unsigned k, unsigned r, uint64_t m0, uint64_t m1)
+{
+	for (uint32_t f = 0; f < nf; f++) {
+		const uint8_t *pa = a + 16 * (size_t)f, *pb = b + 16 * (size_t)f;
+		uint8_t *po = o + 16 * (size_t)f;
+		uint64_t y[6], v0, v1, o0, o1;
+
+		y[0] = ld_word(pa);
+		y[1] = ld_word(pa + 8);
+		y[4] = ld_word(pb);
+		y[5] = ld_word(pb + 8);
+		y[2] = (y[0] >> 4 & NIBBLES_LO) | (y[4] << 4 & ~NIBBLES_LO);
+		y[3] = (y[1] >> 4 & NIBBLES_LO) | (y[5] << 4 & ~NIBBLES_LO);
+		v0 = y[k] >> r | (y[k + 1] << 1) << (63 - r);
+		v1 = y[k + 1] >> r | (y[k + 2] << 1) << (63 - r);
+		o0 = ld_word(po);
+		o1 = ld_word(po + 8);
+		st_word(po, (o0 & ~m0) | (v0 & m0));
+		st_word(po + 8, (o1 & ~m1) | (v1 & m1));
+	}
+}
+
+static void
+copy_rows4(const struct tq_quantizer *q, const uint8_t *a, const uint8_t *b,
+    unsigned t, unsigned j0, unsigned n, uint8_t *o)
+{
+	unsigned r = t % 8 * 8, j;
+	uint8_t mb[16];
+	uint64_t m0, m1;
+
+	for (j = 0; j < 16; j++)
+		mb[j] = (uint8_t)((j >= j0 && j < j0 + n ? 0x0fu : 0) |
+		    (j + 16 >= j0 && j + 16 < j0 + n ? 0xf0u : 0));
+	m0 = rd_le64(mb);
+	m1 = rd_le64(mb + 8);
+	switch (t / 8) {
+	case 0:
+		shift_fields4(a, b, o, q->nfields, 0, r, m0, m1);
+		break;
+	case 1:
+		shift_fields4(a, b, o, q->nfields, 1, r, m0, m1);
+		break;
+	case 2:
+		shift_fields4(a, b, o, q->nfields, 2, r, m0, m1);
+		break;
+	default:
+		shift_fields4(a, b, o, q->nfields, 3, r, m0, m1);
+		break;
+	}
+}
+
+/* 6-bit fields: a byte per row, so rows move by plain copies. */
+static void
+copy_rows6(const struct tq_quantizer *q, const uint8_t *a, const uint8_t *b,
+    unsigned sj, unsigned j0, unsigned n, uint8_t *o)
+{
+	unsigned na = n < 32 - sj ? n : 32 - sj;	/* rows from a */
+	size_t k;
+
+	for (k = 0; k < (size_t)q->nfields / 4 * 3; k++) {
+		memcpy(o + 32 * k + j0, a + 32 * k + sj, na);
+		if (n > na)
+			memcpy(o + 32 * k + j0 + na, b + 32 * k, n - na);
+	}
+}
+
+void
+tq_block_copy_rows(const struct tq_quantizer *q, const uint8_t *src,
+    uint64_t s, uint8_t *dst, uint64_t d, size_t len)
+{
+	size_t bb = tq_block_bytes(q);
+
+	while (len > 0) {
+		/* Rows [j0, j0 + n) of one destination block, from row sj. */
+		unsigned j0 = (unsigned)(d % TQ_BLOCK);
+		unsigned sj = (unsigned)(s % TQ_BLOCK);
+		unsigned n = len < TQ_BLOCK - j0 ? (unsigned)len :
+		    TQ_BLOCK - j0;
+		const uint8_t *a = src + s / TQ_BLOCK * bb;
+		const uint8_t *b = sj + n > TQ_BLOCK ? a + bb : a;
+		uint8_t *o = dst + d / TQ_BLOCK * bb;
+
+		if (n == TQ_BLOCK && sj == 0)
+			memcpy(o, a, bb);
+		else if (q->field_bits != 4)
+			copy_rows6(q, a, b, sj, j0, n, o);
+		else if (sj >= j0)
+			copy_rows4(q, a, b, sj - j0, j0, n, o);
+		else	/* every row from a, as rows 32.. of the pair (a, a) */
+			copy_rows4(q, a, a, sj + TQ_BLOCK - j0, j0, n, o);
+		s += n;
+		d += n;
+		len -= n;
+	}
+}
+
 /* ------------------------------------------------------------------------ */
 /* Code streams                                                              */
 

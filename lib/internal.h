@@ -364,6 +364,20 @@ void tq_pack_block(const struct tq_quantizer *q, const uint8_t *codes,
 /* Reads back the unpacked codes of vector j (0..31) of a block. */
 void tq_unpack_block_row(const struct tq_quantizer *q, const uint8_t *block,
     unsigned j, uint8_t *codes);
+/*
+ * Sets vector j (0..31) of a block to one vector's codes in the row
+ * layout (tq_pack_row); the block's other vectors keep theirs.
+ */
+void tq_block_put_row(const struct tq_quantizer *q, const uint8_t *packed,
+    unsigned j, uint8_t *block);
+/*
+ * Copies vectors [s, s + len) of the blocks at src to vectors
+ * [d, d + len) of the blocks at dst (vector i is vector i % 32 of block
+ * i / 32); dst's other vectors keep their codes.  The result equals
+ * unpacking each vector and packing it again.
+ */
+void tq_block_copy_rows(const struct tq_quantizer *q, const uint8_t *src,
+    uint64_t s, uint8_t *dst, uint64_t d, size_t len);
 
 /* Serialises the quantizer sections into the writer of a container. */
 struct tq_filewriter;

@@ -582,6 +582,103 @@ test_packing(void)
 		}
 }
 
+/*
+ * Packs rows [0, n) of the unpacked codes (n * dim) into consecutive
+ * blocks, the last one partial, as an index stores them.
+ */
+static void
+pack_blocks(const struct tq_quantizer *q, const uint8_t *codes, size_t n,
+    uint8_t *blocks)
+{
+	size_t bb = tq_block_bytes(q), k;
+
+	for (k = 0; k * 32 < n; k++)
+		tq_pack_block(q, codes + k * 32 * q->dim, n - k * 32 < 32 ?
+		    n - k * 32 : 32, blocks + k * bb);
+}
+
+/*
+ * Moving rows between blocks without unpacking them (tq_block_copy_rows,
+ * tq_block_put_row) gives the bytes of unpacking and packing them again,
+ * for every offset of the run in its source and destination blocks.
+ */
+static void
+test_block_copy(void)
+{
+	static const uint32_t dims[] = { 1, 7, 17, 33, 100 };
+	static const size_t offs[] = { 0, 1, 15, 16, 17, 31, 32, 33, 47, 63,
+	    64, 90 };
+	static const size_t lens[] = { 0, 1, 2, 15, 16, 17, 31, 32, 33, 48,
+	    63, 64, 65, 96 };
+	const size_t ns = 4 * 32 - 5, nd = 5 * 32;	/* source: partial */
+	unsigned bits;
+	size_t k, a, b, c, i;
+
+	for (bits = 1; bits <= 4; bits++)
+		for (k = 0; k < sizeof(dims) / sizeof(dims[0]); k++) {
+			struct tq_quantizer q;
+			uint32_t d = dims[k];
+			size_t bb, cb;
+			uint8_t *sc, *dc, *ec, *src, *dst, *want, *packed;
+			int ok = 1;
+
+			memset(&q, 0, sizeof(q));
+			q.dim = d;
+			q.bits = bits;
+			q.nlevels = 1u << bits;
+			tq_quantizer_layout(&q);
+			bb = tq_block_bytes(&q);
+			cb = tq_code_bytes(&q);
+			sc = malloc(ns * d);
+			dc = malloc(nd * d);
+			ec = malloc(nd * d);
+			packed = malloc(cb);
+			/* Exact sizes: ASan sees a read past the last block. */
+			src = malloc(4 * bb);
+			dst = malloc(5 * bb);
+			want = malloc(5 * bb);
+			for (i = 0; i < ns * d; i++)
+				sc[i] = (uint8_t)(urand() * q.nlevels);
+			for (i = 0; i < nd * d; i++)
+				dc[i] = (uint8_t)(urand() * q.nlevels);
+			pack_blocks(&q, sc, ns, src);
+			for (a = 0; a < sizeof(offs) / sizeof(offs[0]); a++)
+			for (b = 0; b < sizeof(offs) / sizeof(offs[0]); b++)
+			for (c = 0; c < sizeof(lens) / sizeof(lens[0]); c++) {
+				size_t so = offs[a], dof = offs[b], len = lens[c];
+
+				if (so + len > ns || dof + len > nd)
+					continue;
+				memcpy(ec, dc, nd * d);
+				memcpy(ec + dof * d, sc + so * d, len * d);
+				pack_blocks(&q, ec, nd, want);
+				pack_blocks(&q, dc, nd, dst);
+				tq_block_copy_rows(&q, src, so, dst, dof, len);
+				ok &= memcmp(dst, want, 5 * bb) == 0;
+			}
+			CHECK(ok);
+			/* One row from the row layout into each slot. */
+			ok = 1;
+			for (i = 0; i < 32; i++) {
+				memcpy(ec, dc, 32 * d);
+				memcpy(ec + i * d, sc + (i * 7 % ns) * d, d);
+				pack_blocks(&q, ec, 32, want);
+				pack_blocks(&q, dc, 32, dst);
+				tq_pack_row(&q, sc + (i * 7 % ns) * d, packed);
+				tq_block_put_row(&q, packed, (unsigned)i, dst);
+				ok &= memcmp(dst, want, bb) == 0;
+			}
+			CHECK(ok);
+			free(sc);
+			free(dc);
+			free(ec);
+			free(packed);
+			free(src);
+			free(dst);
+			free(want);
+		}
+}
+
 /* Spot-check the documented block byte layout for 4 and 3 bits. */
 static void
 test_block_layout(void)
@@ -1179,6 +1276,7 @@ main(void)
 	RUN(test_seed);
 	RUN(test_packing);
 	RUN(test_block_layout);
+	RUN(test_block_copy);
 	RUN(test_estimator);
 	RUN(test_split);
 	RUN(test_decode);
