@@ -214,6 +214,10 @@ struct build {
 	float *x;
 	uint8_t *codes;		/* chunk * dim unpacked codes */
 	float *factors;		/* chunk * 3 */
+	/*
+	 * The chunk in the file's layout: packed from codes and factors,
+	 * or (ivf_emit) filled in place.
+	 */
 	uint8_t *blocks;	/* chunk / 32 * block_bytes */
 	float *fblocks;		/* chunk * 3, per block layout */
 	uint8_t *idbuf;		/* chunk * 8 */
@@ -326,11 +330,11 @@ write_ipar(struct build *b, uint64_t n, uint64_t nblocks)
 }
 
 /*
- * Writes the codes and factors of `rows` buffered rows (b->codes,
- * b->factors, starting at a block boundary) in the blocked layout.
+ * Packs `rows` buffered rows (b->codes, b->factors, starting at a block
+ * boundary) into b->blocks and b->fblocks.
  */
-static enum tq_status
-put_blocks(struct build *b, size_t rows)
+static void
+pack_blocks(struct build *b, size_t rows)
 {
 	const struct tq_quantizer *q = b->q;
 	size_t nblk = (rows + TQ_BLOCK - 1) / TQ_BLOCK;
@@ -348,6 +352,17 @@ put_blocks(struct build *b, size_t rows)
 				fb[f * TQ_BLOCK + j] =
 				    b->factors[(r0 + j) * TQ_NFACTORS + f];
 	}
+}
+
+/*
+ * Writes the blocks of `rows` rows (b->blocks, b->fblocks); the factors
+ * are made little-endian in place.
+ */
+static enum tq_status
+put_blocks(struct build *b, size_t rows)
+{
+	size_t nblk = (rows + TQ_BLOCK - 1) / TQ_BLOCK;
+
 	for (size_t i = 0; i < nblk * TQ_BLOCK * TQ_NFACTORS; i++)
 		wr_lef32((uint8_t *)&b->fblocks[i], b->fblocks[i]);
 	TQ_TRY(tq_fw_put(b->fw, b->s_code, b->blocks, nblk * b->block_bytes));
@@ -493,9 +508,9 @@ input_done(struct build *b, struct source *src, uint64_t n)
 	return TQ_OK;
 }
 
-/* Writes the `rows` buffered rows (codes, factors, ids, originals). */
+/* Writes `rows` rows of the chunk, its codes already in b->blocks. */
 static enum tq_status
-merge_flush(struct build *b, size_t rows)
+chunk_out(struct build *b, size_t rows)
 {
 	TQ_TRY(put_blocks(b, rows));
 	TQ_TRY(tq_fw_put(b->fw, b->s_ids, b->idbuf, rows * 8));
@@ -503,6 +518,14 @@ merge_flush(struct build *b, size_t rows)
 		TQ_TRY(tq_fw_put(b->fw, b->s_orig, b->obuf, rows *
 		    b->q->dim * (b->p->originals == TQ_ORIG_F32 ? 4 : 2)));
 	return TQ_OK;
+}
+
+/* Writes the `rows` buffered rows (codes, factors, ids, originals). */
+static enum tq_status
+merge_flush(struct build *b, size_t rows)
+{
+	pack_blocks(b, rows);
+	return chunk_out(b, rows);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -579,20 +602,32 @@ rows_out(struct build *b, size_t rows)
 	return b->ivf ? spill_rows(b, rows) : merge_flush(b, rows);
 }
 
-/* Unpacks one spill record into row `at` of the chunk buffers. */
+/* One spill record into row `at` of the chunk's blocks (ivf_emit). */
 static void
 record_to_chunk(struct build *b, const uint8_t *r, size_t at)
 {
 	const struct tq_quantizer *q = b->q;
 	size_t cb = tq_code_bytes(q), ob = orig_bytes(b);
+	float *fb = b->fblocks + at / TQ_BLOCK * TQ_BLOCK * TQ_NFACTORS +
+	    at % TQ_BLOCK, f[TQ_NFACTORS];
 
-	tq_unpack_row(q, r + 4, b->codes + at * q->dim);
-	memcpy(b->factors + at * TQ_NFACTORS, r + 4 + cb,
-	    TQ_NFACTORS * sizeof(float));
+	tq_block_put_row(q, r + 4, (unsigned)(at % TQ_BLOCK),
+	    b->blocks + at / TQ_BLOCK * b->block_bytes);
+	memcpy(f, r + 4 + cb, sizeof(f));
+	for (unsigned k = 0; k < TQ_NFACTORS; k++)
+		fb[k * TQ_BLOCK] = f[k];
 	memcpy(b->idbuf + 8 * at, r + 4 + cb + TQ_NFACTORS * sizeof(float), 8);
 	if (ob > 0)
 		memcpy(b->obuf + at * ob, r + 4 + cb + TQ_NFACTORS *
 		    sizeof(float) + 8, ob);
+}
+
+/* Zeros the chunk's blocks: the codes and factors of absent rows. */
+static void
+chunk_clear(struct build *b)
+{
+	memset(b->blocks, 0, b->chunk / TQ_BLOCK * b->block_bytes);
+	memset(b->fblocks, 0, b->chunk * TQ_NFACTORS * sizeof(float));
 }
 
 /* Opens the output and sizes its sections for n rows. */
@@ -627,11 +662,43 @@ old_row_to_chunk(struct build *b, const struct tq_index *ix, uint64_t r,
 }
 
 /*
+ * Rows [r, r + len) of old (live) into rows [at, at + len) of the chunk's
+ * blocks (ivf_emit).  The codes move a block at a time, shifted to their
+ * new offset mod 32, not unpacked and packed again row by row (an eighth
+ * of an IVF append was that).
+ */
+static void
+old_rows_to_chunk(struct build *b, const struct tq_index *ix, uint64_t r,
+    size_t len, size_t at)
+{
+	size_t ob = orig_bytes(b);
+
+	tq_block_copy_rows(ix->q, ix->codes, r, b->blocks, at, len);
+	for (size_t i = 0; i < len; i++) {
+		uint64_t s = r + i;
+		size_t d = at + i;
+		const float *fs = ix->factors + s / TQ_BLOCK * TQ_BLOCK *
+		    TQ_NFACTORS + s % TQ_BLOCK;
+		float *fd = b->fblocks + d / TQ_BLOCK * TQ_BLOCK *
+		    TQ_NFACTORS + d % TQ_BLOCK;
+
+		for (unsigned f = 0; f < TQ_NFACTORS; f++)
+			fd[f * TQ_BLOCK] = fs[f * TQ_BLOCK];
+	}
+	memcpy(b->idbuf + 8 * at, ix->ids + 8 * r, 8 * len);
+	if (ob > 0)
+		memcpy(b->obuf + at * ob, ix->orig + r * ob, len * ob);
+}
+
+/*
  * Writes the spilled rows list by list.  Output rows [r0, r1) form a
  * window of at most p->memory bytes of records; one sequential read of
  * the spill places every record of the window (its position is its
  * list's offset plus the records of that list seen before it), then the
  * window goes out through the chunk buffers.  Passes: spill / memory.
+ * Rows are placed straight into the chunk's blocks, each one setting
+ * every bit of its slot; only the last chunk, when partial, is cleared
+ * first, for the zeros past n.
  */
 static enum tq_status
 ivf_emit(struct build *b, const char *path)
@@ -705,22 +772,35 @@ ivf_emit(struct build *b, const char *path)
 			}
 			so += len;
 		}
-		for (uint64_t r = r0, l = 0; r < r1; r++) {
+		for (uint64_t r = r0, l = 0; r < r1; ) {
+			size_t len = 1;
+
+			if (at == 0 && n - r < b->chunk)
+				chunk_clear(b);
 			while (b->old != NULL && off[l + 1] <= r)
 				l++;
-			if (b->old != NULL && r - off[l] < b->ocount[l])
-				old_row_to_chunk(b, b->old, b->ooff[l] + (r -
-				    off[l]), at);
-			else
+			if (b->old != NULL && r - off[l] < b->ocount[l]) {
+				/* The run of old rows in this chunk. */
+				uint64_t e = off[l] + b->ocount[l];
+
+				if (e > r1)
+					e = r1;
+				if (e - r > b->chunk - at)
+					e = r + (b->chunk - at);
+				len = (size_t)(e - r);
+				old_rows_to_chunk(b, b->old, b->ooff[l] + (r -
+				    off[l]), len, at);
+			} else
 				record_to_chunk(b, wbuf + (r - r0) * b->rec,
 				    at);
-			if (++at == b->chunk) {
-				if ((st = merge_flush(b, at)) != TQ_OK)
+			r += len;
+			if ((at += len) == b->chunk) {
+				if ((st = chunk_out(b, at)) != TQ_OK)
 					goto done;
 				at = 0;
 			}
 		}
-		if (at > 0 && (st = merge_flush(b, at)) != TQ_OK)
+		if (at > 0 && (st = chunk_out(b, at)) != TQ_OK)
 			goto done;
 	}
 done:

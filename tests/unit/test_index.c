@@ -620,6 +620,9 @@ test_append(void)
 	/* IVF: old rows keep their lists, new ones join theirs. */
 	test_append_one(TQ_METRIC_L2, 4, TQ_ORIG_F32, 7);
 	test_append_one(TQ_METRIC_COSINE, 2, TQ_ORIG_NONE, 3);
+	/* Old lists move a block at a time: every field layout. */
+	test_append_one(TQ_METRIC_IP, 1, TQ_ORIG_F16, 5);
+	test_append_one(TQ_METRIC_L2, 3, TQ_ORIG_F32, 6);
 }
 
 /* Failures leave the index as it was: NaN, wrong dimension, ids. */
