@@ -612,6 +612,9 @@ static inline __attribute__((always_inline)) void
 shift_fields4(const uint8_t *a, const uint8_t *b, uint8_t *o, uint32_t nf,
     unsigned k, unsigned r, uint64_t m0, uint64_t m1)
 {
+	/* Most destination blocks of a long run are whole: nothing to keep. */
+	int full = (m0 & m1) == UINT64_MAX;
+
 	for (uint32_t f = 0; f < nf; f++) {
 		const uint8_t *pa = a + 16 * (size_t)f, *pb = b + 16 * (size_t)f;
 		uint8_t *po = o + 16 * (size_t)f;
@@ -625,6 +628,11 @@ shift_fields4(const uint8_t *a, const uint8_t *b, uint8_t *o, uint32_t nf,
 		y[3] = (y[1] >> 4 & NIBBLES_LO) | (y[5] << 4 & ~NIBBLES_LO);
 		v0 = y[k] >> r | (y[k + 1] << 1) << (63 - r);
 		v1 = y[k + 1] >> r | (y[k + 2] << 1) << (63 - r);
+		if (full) {
+			st_word(po, v0);
+			st_word(po + 8, v1);
+			continue;
+		}
 		o0 = ld_word(po);
 		o1 = ld_word(po + 8);
 		st_word(po, (o0 & ~m0) | (v0 & m0));
