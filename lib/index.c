@@ -1377,7 +1377,9 @@ append_run(struct build *b, const struct tq_index *ix, struct source *src,
 	 * of its new rows, straight from ix (ivf_emit), not through the
 	 * spill, which then holds the new rows alone: the same bytes.  An
 	 * append of 10% to 1M x 1024 took 8.6 s through the spill, 6.3 s
-	 * this way (building the new rows alone: 4.6 s).
+	 * this way (building the new rows alone: 4.6 s), and 5.5 s once the
+	 * old lists moved a block at a time (old_rows_to_chunk): writing
+	 * the lists went from 1.9 s to 1.0 s.
 	 */
 	if (b->ivf && ix->live == ix->n) {
 		uint32_t nl = q->ivf.nlist;
