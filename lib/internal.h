@@ -722,6 +722,31 @@ void tq_keyf16_avx2(enum tq_metric metric, const float *qv,
 void tq_keyf16_avx512(enum tq_metric metric, const float *qv,
     const uint8_t *const *rows, unsigned n, uint32_t dim, float *key);
 
+/*
+ * Dot products with dequantized rows of 4-bit fields (the refinement of
+ * lib/search.c): for t < n, dot[t] = tq_dot_lanes(rq[t], y_t, dim), bit
+ * for bit, where y_t[d] = cent[code of coordinate d] for the row at
+ * position pos[t] (< TQ_BLOCK) of the block that starts at blk[t], in the
+ * blocked layout with 4-bit fields (bits 1, 2 or 4: 4 / bits coordinates
+ * a field, coordinate e of a field at bit e * bits of its nibble).  cent
+ * holds 16 floats, of which the first 2^bits are read as centroids.  The
+ * kernels read only the fields that hold coordinates below dim, and of
+ * those only whole aligned 64-byte groups of four fields (a block's
+ * fields are padded to a multiple of four).
+ */
+typedef void (*tq_dotq4_fn)(const float *const *rq,
+    const uint8_t *const *blk, const unsigned *pos, unsigned n,
+    uint32_t dim, unsigned bits, const float *cent, double *dot);
+void tq_dotq4_portable(const float *const *rq, const uint8_t *const *blk,
+    const unsigned *pos, unsigned n, uint32_t dim, unsigned bits,
+    const float *cent, double *dot);
+void tq_dotq4_avx2(const float *const *rq, const uint8_t *const *blk,
+    const unsigned *pos, unsigned n, uint32_t dim, unsigned bits,
+    const float *cent, double *dot);
+void tq_dotq4_avx512(const float *const *rq, const uint8_t *const *blk,
+    const unsigned *pos, unsigned n, uint32_t dim, unsigned bits,
+    const float *cent, double *dot);
+
 /* The kernels of one instruction set, chosen once (TQ_ISA overrides). */
 struct tq_kernels {
 	const char *name;
@@ -739,6 +764,7 @@ struct tq_kernels {
 	tq_rowa_fn rowa;	/* structured rotations */
 	/* Re-rank against f16 originals; NULL: tq_f16_fn and tq_exact_key. */
 	tq_keyf16_fn keyf16;
+	tq_dotq4_fn dotq4;	/* the refinement's 4-bit rows */
 };
 const struct tq_kernels *tq_kernels(void);
 

@@ -9,7 +9,8 @@
  *
  * Also the rows times block-diagonal matrices (tq_rowa_fn).
  *
- * Also the f16 rows (built with -mf16c as well: vcvtph2ps is exact).
+ * Also the f16 rows (built with -mf16c as well: vcvtph2ps is exact),
+ * and the refinement's dot products with 4-bit rows (tq_dotq4_fn).
  */
 #include <immintrin.h>
 
@@ -321,4 +322,137 @@ tq_keyf16_avx2(enum tq_metric metric, const float *qv,
 		keyf16_rows(qv, rows, n, dim, 1, key);
 	else
 		keyf16_rows(qv, rows, n, dim, 0, key);
+}
+
+/*
+ * The refinement's dot products with 4-bit rows (tq_dotq4_fn).  Eight
+ * coordinates a step in the two registers of double lanes 0-3 and 4-7,
+ * as keyf16 adds them.  The step's 8 / cpf fields (cpf = 4 / bits
+ * coordinates a field) lie 16 bytes apart, so one vpgatherdd fetches, for
+ * each coordinate, the aligned dword of its field that holds byte
+ * pos % 16 (never past the field); vpsrlvd moves the coordinate's code
+ * to the bottom (that byte, the row's nibble, then the coordinate within
+ * the field).  AVX2 has no 16-entry float lookup: vpermps in the low and
+ * the high eight centroids, merged by vblendvps on code bit 3, which a
+ * shift moves to the sign bit (bits 1 and 2 never need the high half).
+ * Widened to double (exact), multiplied by the query and added; g rows
+ * side by side (up to four) overlap their chains and their gathers.  The
+ * last dim % 8 coordinates are added lane by lane as exact.c adds them.
+ * The fields are prefetched DOTQ4_AHEAD bytes on (a row's nibbles are
+ * spread over its whole block, which the scan left in cache long ago).
+ */
+#define DOTQ4_AHEAD 2048u
+
+static inline __attribute__((always_inline)) double
+dotq4_tail(double *s, const float *rq, const uint8_t *blk, unsigned pos,
+    uint32_t d, uint32_t dim, unsigned bits, const float *cent)
+{
+	const unsigned cpf = 4 / bits, mask = (1u << bits) - 1;
+	unsigned sh = pos < 16 ? 0 : 4;
+
+	for (; d < dim; d++) {
+		unsigned v = (unsigned)blk[(size_t)(d / cpf) * 16 + pos % 16] >>
+		    (sh + d % cpf * bits) & mask;
+
+		s[d % 8] += (double)rq[d] * (double)cent[v];
+	}
+	return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) +
+	    (s[6] + s[7]));
+}
+
+static inline __attribute__((always_inline)) void
+dotq4_group(const float *const *rq, const uint8_t *const *blk,
+    const unsigned *pos, unsigned g, uint32_t dim, unsigned bits,
+    const float *cent, double *dot)
+{
+	const unsigned cpf = 4 / bits;
+	const __m256 clo = _mm256_loadu_ps(cent), chi = _mm256_loadu_ps(cent +
+	    8);
+	const __m256i mask = _mm256_set1_epi32((int)((1u << bits) - 1));
+	__m256i off[4], shv[4];
+	__m256d lo[4], hi[4];
+	uint32_t d = 0;
+	unsigned t, k;
+
+#pragma GCC unroll 4
+	for (t = 0; t < 4; t++) {
+		int32_t ob[8], sb[8];
+
+		lo[t] = hi[t] = _mm256_setzero_pd();
+		off[t] = shv[t] = _mm256_setzero_si256();
+		if (t >= g)
+			continue;
+		for (k = 0; k < 8; k++) {
+			ob[k] = (int32_t)(16 * (k / cpf) + (pos[t] & 12));
+			sb[k] = (int32_t)(8 * (pos[t] & 3) + (pos[t] < 16 ?
+			    0 : 4) + k % cpf * bits);
+		}
+		off[t] = _mm256_loadu_si256((const __m256i *)(const void *)ob);
+		shv[t] = _mm256_loadu_si256((const __m256i *)(const void *)sb);
+	}
+	for (; d + 8 <= dim; d += 8) {
+		size_t fo = (size_t)(d / cpf) * 16;
+
+#pragma GCC unroll 4
+		for (t = 0; t < g; t++) {
+			__m256i c = _mm256_i32gather_epi32((const int *)(const
+			    void *)(blk[t] + fo), off[t], 1);
+			__m256 qf = _mm256_loadu_ps(rq[t] + d), y;
+
+			for (k = 0; k < 8 / cpf; k += 4)
+				_mm_prefetch((const char *)blk[t] + fo + 16 * k +
+				    DOTQ4_AHEAD, _MM_HINT_T0);
+			c = _mm256_and_si256(_mm256_srlv_epi32(c, shv[t]),
+			    mask);
+			y = _mm256_permutevar8x32_ps(clo, c);
+			if (bits == 4)
+				y = _mm256_blendv_ps(y,
+				    _mm256_permutevar8x32_ps(chi, c),
+				    _mm256_castsi256_ps(_mm256_slli_epi32(c,
+				    28)));
+			lo[t] = _mm256_add_pd(lo[t], _mm256_mul_pd(
+			    _mm256_cvtps_pd(_mm256_castps256_ps128(qf)),
+			    _mm256_cvtps_pd(_mm256_castps256_ps128(y))));
+			hi[t] = _mm256_add_pd(hi[t], _mm256_mul_pd(
+			    _mm256_cvtps_pd(_mm256_extractf128_ps(qf, 1)),
+			    _mm256_cvtps_pd(_mm256_extractf128_ps(y, 1))));
+		}
+	}
+	for (t = 0; t < g; t++) {
+		double s[8];
+
+		_mm256_storeu_pd(s, lo[t]);
+		_mm256_storeu_pd(s + 4, hi[t]);
+		dot[t] = dotq4_tail(s, rq[t], blk[t], pos[t], d, dim, bits,
+		    cent);
+	}
+}
+
+/* n rows, four at a time, then one by one; bits a constant in each. */
+static inline __attribute__((always_inline)) void
+dotq4_rows(const float *const *rq, const uint8_t *const *blk,
+    const unsigned *pos, unsigned n, uint32_t dim, unsigned bits,
+    const float *cent, double *dot)
+{
+	unsigned t = 0;
+
+	for (; t + 4 <= n; t += 4)
+		dotq4_group(rq + t, blk + t, pos + t, 4, dim, bits, cent,
+		    dot + t);
+	for (; t < n; t++)
+		dotq4_group(rq + t, blk + t, pos + t, 1, dim, bits, cent,
+		    dot + t);
+}
+
+void
+tq_dotq4_avx2(const float *const *rq, const uint8_t *const *blk,
+    const unsigned *pos, unsigned n, uint32_t dim, unsigned bits,
+    const float *cent, double *dot)
+{
+	if (bits == 4)
+		dotq4_rows(rq, blk, pos, n, dim, 4, cent, dot);
+	else if (bits == 2)
+		dotq4_rows(rq, blk, pos, n, dim, 2, cent, dot);
+	else
+		dotq4_rows(rq, blk, pos, n, dim, 1, cent, dot);
 }

@@ -9,6 +9,9 @@
  *
  * Also the rows times block-diagonal matrices (tq_rowa_fn): masked loads
  * and stores cover a block of up to 32 columns in two registers.
+ *
+ * Also the refinement's dot products with 4-bit rows (tq_dotq4_fn), which
+ * pick nibbles with AVX512BW and VBMI byte permutes.
  */
 #include <immintrin.h>
 
@@ -384,4 +387,157 @@ tq_keyf16_avx512(enum tq_metric metric, const float *qv,
 		keyf16_rows(qv, rows, n, dim, 1, key);
 	else
 		keyf16_rows(qv, rows, n, dim, 0, key);
+}
+
+/*
+ * The refinement's dot products with 4-bit rows (tq_dotq4_fn).  Sixteen
+ * coordinates a step, in one register of eight double lanes as keyf16
+ * adds them (coordinate d in lane d % 8 by position, d before d + 8).
+ * The step's 16 / cpf fields (cpf = 4 / bits coordinates a field) are
+ * 4 / cpf aligned 64-byte loads of the block; vpermb / vpermt2b (VBMI)
+ * pick byte pos % 16 of each field straight into coordinate order (a
+ * field's byte repeated for each of its coordinates), vpmovzxbd widens
+ * them, vpsrlvd shifts each to its own nibble and coordinate (pos >= 16:
+ * the high nibble), and vpermps looks the code up in the 16 centroids.
+ * The rest is keyf16's: widen to double (exact), multiply by the query,
+ * add.  g rows side by side (up to four) overlap their chains of adds and
+ * their loads, which miss in L1 (a row's nibbles are spread over its
+ * whole block) and are prefetched DOTQ4_AHEAD bytes on.  The last
+ * dim % 16 coordinates load the groups of fields that exist and add under
+ * a mask.
+ */
+#define DOTQ4_AHEAD 2048u
+
+static inline __attribute__((always_inline)) __m512
+dotq4_codes(const uint8_t *p, unsigned nl, __m512i idx, __m512i shv,
+    __m512i mask, __m512 ctab, unsigned cpf)
+{
+	__m512i l0 = nl > 0 ? _mm512_loadu_si512(p) : _mm512_setzero_si512();
+	__m512i r, c;
+
+	if (cpf == 4) {
+		r = _mm512_permutexvar_epi8(idx, l0);
+	} else {
+		__m512i l1 = nl > 1 ? _mm512_loadu_si512(p + 64) :
+		    _mm512_setzero_si512();
+
+		r = _mm512_permutex2var_epi8(l0, idx, l1);
+		if (cpf == 1) {
+			__m512i l2 = nl > 2 ? _mm512_loadu_si512(p + 128) :
+			    _mm512_setzero_si512();
+			__m512i l3 = nl > 3 ? _mm512_loadu_si512(p + 192) :
+			    _mm512_setzero_si512();
+
+			r = _mm512_mask_blend_epi8((__mmask64)0xff00, r,
+			    _mm512_permutex2var_epi8(l2, idx, l3));
+		}
+	}
+	c = _mm512_cvtepu8_epi32(_mm512_castsi512_si128(r));
+	c = _mm512_and_si512(_mm512_srlv_epi32(c, shv), mask);
+	return _mm512_permutexvar_ps(c, ctab);
+}
+
+static inline __attribute__((always_inline)) void
+dotq4_group(const float *const *rq, const uint8_t *const *blk,
+    const unsigned *pos, unsigned g, uint32_t dim, unsigned bits,
+    const float *cent, double *dot)
+{
+	const unsigned cpf = 4 / bits, nl = 4 / cpf;
+	const __m512 ctab = _mm512_loadu_ps(cent);
+	const __m512i mask = _mm512_set1_epi32((int)((1u << bits) - 1));
+	__m512i idx[4], shv[4];
+	__m512d acc[4];
+	uint32_t d = 0, rem;
+	unsigned t, k, l;
+
+#pragma GCC unroll 4
+	for (t = 0; t < 4; t++) {
+		uint8_t ib[64] = { 0 };
+		uint32_t sb[16];
+
+		acc[t] = _mm512_setzero_pd();
+		idx[t] = shv[t] = _mm512_setzero_si512();
+		if (t >= g)
+			continue;
+		for (k = 0; k < 16; k++) {
+			ib[k] = (uint8_t)(16 * (k / cpf % 8) + pos[t] % 16);
+			sb[k] = (pos[t] < 16 ? 0 : 4) + k % cpf * bits;
+		}
+		idx[t] = _mm512_loadu_si512(ib);
+		shv[t] = _mm512_loadu_si512(sb);
+	}
+	for (; d + 16 <= dim; d += 16) {
+		size_t off = (size_t)(d / cpf) * 16;
+
+#pragma GCC unroll 4
+		for (t = 0; t < g; t++) {
+			const uint8_t *p = blk[t] + off;
+			__m512 y, qf = _mm512_loadu_ps(rq[t] + d);
+
+			for (l = 0; l < nl; l++)
+				_mm_prefetch((const char *)p + DOTQ4_AHEAD +
+				    64 * l, _MM_HINT_T0);
+			y = dotq4_codes(p, nl, idx[t], shv[t], mask, ctab, cpf);
+			acc[t] = _mm512_add_pd(acc[t], _mm512_mul_pd(lo_pd(qf),
+			    lo_pd(y)));
+			acc[t] = _mm512_add_pd(acc[t], _mm512_mul_pd(hi_pd(qf),
+			    hi_pd(y)));
+		}
+	}
+	if ((rem = dim - d) > 0) {
+		__mmask16 m = (__mmask16)((1u << rem) - 1);
+		__mmask8 m0 = (__mmask8)m, m1 = (__mmask8)(m >> 8);
+		/* Groups of four fields that hold coordinates below dim. */
+		unsigned nr = ((rem + cpf - 1) / cpf + 3) / 4;
+		size_t off = (size_t)(d / cpf) * 16;
+
+#pragma GCC unroll 4
+		for (t = 0; t < g; t++) {
+			__m512 y, qf = _mm512_maskz_loadu_ps(m, rq[t] + d);
+
+			y = dotq4_codes(blk[t] + off, nr, idx[t], shv[t], mask,
+			    ctab, cpf);
+			acc[t] = _mm512_mask_add_pd(acc[t], m0, acc[t],
+			    _mm512_mul_pd(lo_pd(qf), lo_pd(y)));
+			acc[t] = _mm512_mask_add_pd(acc[t], m1, acc[t],
+			    _mm512_mul_pd(hi_pd(qf), hi_pd(y)));
+		}
+	}
+	for (t = 0; t < g; t++) {
+		double s[8];
+
+		_mm512_storeu_pd(s, acc[t]);
+		/* The pairwise reduction of exact.c. */
+		dot[t] = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) +
+		    (s[6] + s[7]));
+	}
+}
+
+/* n rows, four at a time, then one by one; bits a constant in each. */
+static inline __attribute__((always_inline)) void
+dotq4_rows(const float *const *rq, const uint8_t *const *blk,
+    const unsigned *pos, unsigned n, uint32_t dim, unsigned bits,
+    const float *cent, double *dot)
+{
+	unsigned t = 0;
+
+	for (; t + 4 <= n; t += 4)
+		dotq4_group(rq + t, blk + t, pos + t, 4, dim, bits, cent,
+		    dot + t);
+	for (; t < n; t++)
+		dotq4_group(rq + t, blk + t, pos + t, 1, dim, bits, cent,
+		    dot + t);
+}
+
+void
+tq_dotq4_avx512(const float *const *rq, const uint8_t *const *blk,
+    const unsigned *pos, unsigned n, uint32_t dim, unsigned bits,
+    const float *cent, double *dot)
+{
+	if (bits == 4)
+		dotq4_rows(rq, blk, pos, n, dim, 4, cent, dot);
+	else if (bits == 2)
+		dotq4_rows(rq, blk, pos, n, dim, 2, cent, dot);
+	else
+		dotq4_rows(rq, blk, pos, n, dim, 1, cent, dot);
 }

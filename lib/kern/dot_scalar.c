@@ -199,3 +199,65 @@ tq_f16_portable(const uint8_t *src, size_t n, float *dst)
 	for (size_t i = 0; i < n; i++)
 		dst[i] = tq_f16_to_f32(rd_le16(src + 2 * i));
 }
+
+/*
+ * The refinement's dot products with 4-bit rows (tq_dotq4_fn), in the
+ * lanes of tq_dot_lanes: coordinate d in lane d % 8, each lane summed in
+ * increasing d from +0 with a separate multiply and add, the lanes added
+ * pairwise at the end.  A row's nibbles lie 16 bytes apart across its
+ * block; eight coordinates a step with the lanes in named variables keep
+ * the sums in registers, and a prefetch DOTQ4_AHEAD bytes on lets the
+ * misses of a block the scan left long ago overlap (the loads do not
+ * depend on the adds).  Specialised on bits, so the field and shift of
+ * each coordinate of a step are constants.
+ */
+#define DOTQ4_AHEAD 2048u
+
+static inline __attribute__((always_inline)) double
+dotq4_row(const float *rq, const uint8_t *blk, unsigned pos, uint32_t dim,
+    unsigned bits, const float *cent)
+{
+	const unsigned cpf = 4 / bits, mask = (1u << bits) - 1;
+	const uint8_t *p = blk + pos % 16;
+	unsigned sh = pos < 16 ? 0 : 4, l;
+	double s[8] = { 0 };
+	uint32_t d = 0;
+
+	for (; d + 8 <= dim; d += 8) {
+		const uint8_t *fp = p + (size_t)(d / cpf) * 16;
+
+		if (d / cpf % 4 == 0)
+			__builtin_prefetch((const void *)((uintptr_t)fp +
+			    DOTQ4_AHEAD));
+#pragma GCC unroll 8
+		for (l = 0; l < 8; l++) {
+			unsigned v = (unsigned)fp[l / cpf * 16] >> (sh +
+			    l % cpf * bits) & mask;
+
+			s[l] += (double)rq[d + l] * (double)cent[v];
+		}
+	}
+	for (; d < dim; d++) {
+		unsigned v = (unsigned)p[(size_t)(d / cpf) * 16] >> (sh +
+		    d % cpf * bits) & mask;
+
+		s[d % 8] += (double)rq[d] * (double)cent[v];
+	}
+	return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) +
+	    (s[6] + s[7]));
+}
+
+void
+tq_dotq4_portable(const float *const *rq, const uint8_t *const *blk,
+    const unsigned *pos, unsigned n, uint32_t dim, unsigned bits,
+    const float *cent, double *dot)
+{
+	for (unsigned t = 0; t < n; t++) {
+		if (bits == 4)
+			dot[t] = dotq4_row(rq[t], blk[t], pos[t], dim, 4, cent);
+		else if (bits == 2)
+			dot[t] = dotq4_row(rq[t], blk[t], pos[t], dim, 2, cent);
+		else
+			dot[t] = dotq4_row(rq[t], blk[t], pos[t], dim, 1, cent);
+	}
+}

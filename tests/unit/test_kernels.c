@@ -704,6 +704,107 @@ test_keyf16(void)
 }
 
 /*
+ * The refinement's dot products with 4-bit rows: every kernel against
+ * the layout of tq.5 decoded here, dequantized and summed by tq_dot_lanes,
+ * bit for bit, for bits 1, 2 and 4, lengths around every multiple of 8
+ * and 16, rows at block positions 0, 15, 16, 31 and others (both nibbles
+ * of a byte), row counts that leave every remainder of the groups of four
+ * and a query per row.  Each block is allocated to its exact size (the
+ * fields padded to a multiple of four), so a read past it trips
+ * AddressSanitizer; the centroids past 2^bits are NaN, so a code not
+ * masked to its bits shows.  One query puts +-1e20 in lanes 0 and 1, so
+ * a sum in another order shows in the result.
+ */
+static void
+test_dotq4(void)
+{
+	static const uint32_t dims[] = { 1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17,
+	    23, 31, 32, 33, 63, 64, 65, 100, 784, 1024, 1025 };
+	static const unsigned bitss[] = { 1, 2, 4 };
+	static const unsigned posv[] = { 0, 15, 16, 31, 5, 20, 0, 31, 16 };
+	const struct {
+		const char *name;
+		tq_dotq4_fn fn;
+		int run;
+	} kk[] = {
+		{ "portable", tq_dotq4_portable, 1 },
+		{ "avx2", tq_dotq4_avx2, runnable[0] },
+		{ "avx512", tq_dotq4_avx512, runnable[1] },
+	};
+	int bad[3] = { 0, 0, 0 };
+	float cent[16];
+
+	for (size_t bi = 0; bi < sizeof(bitss) / sizeof(bitss[0]); bi++)
+	for (size_t di = 0; di < sizeof(dims) / sizeof(dims[0]); di++) {
+		unsigned bits = bitss[bi], cpf = 4 / bits, t;
+		uint32_t dim = dims[di], nf = ((dim + cpf - 1) / cpf + 3) / 4 * 4;
+		float *rq[9], *y = malloc(dim * sizeof(float));
+		uint8_t *blk[9];
+		double want[9], got[9];
+
+		for (unsigned c = 0; c < 16; c++)
+			cent[c] = c < (1u << bits) ? (float)((int32_t)rnd() %
+			    20001) * 1e-4f : NAN;
+		for (t = 0; t < 9; t++) {
+			rq[t] = malloc(dim * sizeof(float));
+			for (uint32_t d = 0; d < dim; d++)
+				rq[t][d] = (float)((int32_t)rnd() % 20001) *
+				    (rnd() % 2 ? 1e-3f : 7.1f);
+			blk[t] = malloc((size_t)nf * 16);
+			for (size_t b = 0; b < (size_t)nf * 16; b++)
+				blk[t][b] = (uint8_t)rnd();
+		}
+		for (int big = 0; big <= 1; big++) {
+			if (big && dim >= 2) {
+				rq[3][0] = 1e20f;
+				rq[3][1] = -1e20f;
+			}
+			for (t = 0; t < 9; t++) {
+				unsigned j = posv[t];
+
+				for (uint32_t d = 0; d < dim; d++) {
+					unsigned v = blk[t][(size_t)(d / cpf) *
+					    16 + j % 16] >> (j < 16 ? 0 : 4);
+
+					y[d] = cent[v >> (d % cpf * bits) &
+					    ((1u << bits) - 1)];
+				}
+				want[t] = tq_dot_lanes(rq[t], y, dim);
+			}
+			for (size_t k = 0; k < 3; k++) {
+				if (!kk[k].run)
+					continue;
+				for (unsigned n = 1; n <= 9; n++) {
+					memset(got, 0xee, sizeof(got));
+					kk[k].fn((const float *const *)rq,
+					    (const uint8_t *const *)blk, posv,
+					    n, dim, bits, cent, got);
+					bad[k] |= memcmp(got, want, n *
+					    sizeof(double)) != 0;
+					/* Nothing written past dot[n - 1]. */
+					if (n < 9)
+						bad[k] |= memcmp(got + n,
+						    "\xee\xee\xee\xee\xee\xee"
+						    "\xee\xee", 8) != 0;
+				}
+			}
+		}
+		for (t = 0; t < 9; t++) {
+			free(rq[t]);
+			free(blk[t]);
+		}
+		free(y);
+	}
+	for (size_t k = 0; k < 3; k++) {
+		if (bad[k])
+			fprintf(stderr, "dotq4 kernel %s differs\n",
+			    kk[k].name);
+		if (kk[k].run)
+			CHECK(!bad[k]);
+	}
+}
+
+/*
  * The f16 kernels against the portable one on all 65536 values, at
  * lengths that leave every tail (a NaN need only stay a NaN: hardware
  * quietens a signalling one), and the portable one against hand values.
@@ -790,6 +891,7 @@ main(void)
 	RUN(test_rowa);
 	RUN(test_f16);
 	RUN(test_keyf16);
+	RUN(test_dotq4);
 	RUN(test_multi);
 	RUN(test_dot_form);
 	RUN(test_keys);
