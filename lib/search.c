@@ -103,9 +103,8 @@
 #define RERANK_ROWS 4
 /* Most candidates of a tile refined together (refine_tile). */
 #define REFINE_TILE_MAX (1u << 18)
-/* Rows the refinement gathers at once, and its prefetch distance. */
+/* Rows the refinement scores at once. */
 #define REFINE_ROWS 4
-#define REFINE_AHEAD 2048u
 
 void
 tq_search_params_default(struct tq_search_params *p)
@@ -756,80 +755,33 @@ exact_keys(const struct ctx *c, struct worker *w, const float *qv,
 }
 
 /*
- * The 4-bit fields of rows r[0 .. n) (n <= REFINE_ROWS, 4-bit fields)
- * into val + t * nf for row r[t], nf fields each.  A row's nibbles lie 16
- * bytes apart across its whole block, which the scan left in cache long
- * ago: a gather with no dependency chain and a prefetch REFINE_AHEAD
- * bytes on lets the misses overlap (summing in place stalled on each miss
- * behind the adds: 70% of the refinement's time), and gathering several
- * rows at once overlaps their streams (one row at a time, a 100K x 1536
- * batch spent a quarter of its time here).
+ * Row r's centroids, dequantized into y: the refinement of 6-bit fields
+ * (3-bit codes); 4-bit fields go through the dotq4 kernels.
  */
 static void
-gather_fields(const struct ctx *c, const uint64_t *r, unsigned n,
-    uint32_t nf, uint8_t *val)
-{
-	const struct tq_index *ix = c->ix;
-	const uint8_t *blk[REFINE_ROWS];
-	unsigned sh[REFINE_ROWS], t;
-	uint32_t f;
-
-	for (t = 0; t < n; t++) {
-		unsigned j = (unsigned)(r[t] % TQ_BLOCK);
-
-		blk[t] = ix->codes + r[t] / TQ_BLOCK * ix->block_bytes +
-		    (j & 15);
-		sh[t] = j < 16 ? 0 : 4;
-	}
-	for (f = 0; f < nf; f++) {
-		if ((f & 3) == 0)
-			for (t = 0; t < n; t++)
-				__builtin_prefetch((const void *)(
-				    (uintptr_t)blk[t] + (size_t)f * 16 +
-				    REFINE_AHEAD));
-		for (t = 0; t < n; t++)
-			val[(size_t)t * nf + f] = (uint8_t)((blk[t][(size_t)f *
-			    16] >> sh[t]) & 15u);
-	}
-}
-
-/* Row r's centroids, dequantized into y, from its fields val (4-bit). */
-static void
-dequantize(const struct ctx *c, struct worker *w, uint64_t r,
-    const uint8_t *val, float *y)
+dequantize(const struct ctx *c, struct worker *w, uint64_t r, float *y)
 {
 	const struct tq_quantizer *q = c->q;
-	unsigned cpf = q->coords_per_field, bits = q->bits;
-	unsigned mask = q->nlevels - 1;
-	uint32_t d, f, nf = (c->dim + cpf - 1) / cpf;
 
-	if (q->field_bits == 4) {
-		for (f = 0, d = 0; f < nf; f++)
-			for (unsigned e = 0; e < cpf && d < c->dim; e++, d++)
-				y[d] = q->centroids[(unsigned)val[f] >>
-				    (e * bits) & mask];
-		return;
-	}
 	tq_unpack_block_row(q, c->ix->codes + r / TQ_BLOCK *
 	    c->ix->block_bytes, (unsigned)(r % TQ_BLOCK), w->codes);
-	for (d = 0; d < c->dim; d++)
+	for (uint32_t d = 0; d < c->dim; d++)
 		y[d] = q->centroids[w->codes[d]];
 }
 
 /*
- * The estimated key of stored row r, dequantized as y, for query i of the
- * chunk with float tables: <R q, yhat> summed in double (the lanes of
+ * The estimated key of stored row r for query i of the chunk with float
+ * tables, from dot = <R q, yhat> summed in double (the lanes of
  * tq_exact_key) instead of through the integer tables.
  */
 static float
-refined_key(const struct ctx *c, size_t i, uint64_t r, const float *y)
+refined_key(const struct ctx *c, size_t i, uint64_t r, double dot)
 {
 	const float *fs = c->ix->factors + r / TQ_BLOCK * TQ_BLOCK *
 	    TQ_NFACTORS;
 	unsigned j = (unsigned)(r % TQ_BLOCK);
-	double dot, ip;
+	double ip;
 
-	dot = tq_dot_lanes(c->rq + i * c->dim, y, c->dim);
 	ip = (double)fs[j] * dot + (double)fs[TQ_BLOCK + j] + (double)c->qc[i];
 	if (c->metric == TQ_METRIC_L2)
 		return (float)-((double)c->qn2[i] - 2.0 * ip +
@@ -837,20 +789,42 @@ refined_key(const struct ctx *c, size_t i, uint64_t r, const float *y)
 	return (float)ip;
 }
 
-/* The refined keys of rows r[0 .. n) (n <= REFINE_ROWS) for query i. */
+/*
+ * The refined keys of rows r[t] for queries qi[t] of the chunk, t < n
+ * (n <= REFINE_ROWS), into key[t].  4-bit fields: the dotq4 kernel reads
+ * each row's nibbles straight from its block (they lie 16 bytes apart
+ * across it) and sums in the lanes of tq_dot_lanes, so the keys are those
+ * of the dequantized rows; several rows at once overlap their loads and
+ * their chains of adds.  Gathering the nibbles into bytes, dequantizing
+ * into floats and summing those (tq_dot_lanes) took as long as the whole
+ * scan of an IVF query (Fashion-MNIST, 4 probes).
+ */
 static void
-refined_keys(const struct ctx *c, struct worker *w, size_t i,
+refined_keys(const struct ctx *c, struct worker *w, const size_t *qi,
     const uint64_t *r, unsigned n, float *key)
 {
 	const struct tq_quantizer *q = c->q;
-	uint32_t nf = (c->dim + q->coords_per_field - 1) / q->coords_per_field;
+	const float *rq[REFINE_ROWS] = { NULL };
+	const uint8_t *blk[REFINE_ROWS] = { NULL };
+	unsigned pos[REFINE_ROWS] = { 0 }, t;
+	double dot[REFINE_ROWS];
 
-	if (q->field_bits == 4)
-		gather_fields(c, r, n, nf, w->codes);
-	for (unsigned t = 0; t < n; t++) {
-		dequantize(c, w, r[t], w->codes + (size_t)t * nf, w->row);
-		key[t] = refined_key(c, i, r[t], w->row);
+	if (q->field_bits != 4) {
+		for (t = 0; t < n; t++) {
+			dequantize(c, w, r[t], w->row);
+			key[t] = refined_key(c, qi[t], r[t], tq_dot_lanes(
+			    c->rq + qi[t] * c->dim, w->row, c->dim));
+		}
+		return;
 	}
+	for (t = 0; t < n; t++) {
+		rq[t] = c->rq + qi[t] * c->dim;
+		blk[t] = c->ix->codes + r[t] / TQ_BLOCK * c->ix->block_bytes;
+		pos[t] = (unsigned)(r[t] % TQ_BLOCK);
+	}
+	c->kern->dotq4(rq, blk, pos, n, c->dim, q->bits, q->centroids, dot);
+	for (t = 0; t < n; t++)
+		key[t] = refined_key(c, qi[t], r[t], dot[t]);
 }
 
 static int
@@ -873,37 +847,28 @@ static void
 refine_tile(struct worker *w, size_t i, size_t m)
 {
 	const struct ctx *c = w->c;
-	const struct tq_quantizer *q = c->q;
-	uint32_t nf = (c->dim + q->coords_per_field - 1) / q->coords_per_field;
-	size_t n = 0, e, u;
+	size_t n = 0, e;
 
 	for (size_t j = 0; j < m; j++)
 		for (uint32_t t = 0; t < w->cand[j].len; t++)
 			w->rcs[n++] = (struct rc){ w->cand[j].id[t],
 			    (uint32_t)j, t };
 	qsort(w->rcs, n, sizeof(*w->rcs), cmp_rc);
-	for (e = 0; e < n; e = u) {
+	for (e = 0; e < n; e += REFINE_ROWS) {
+		unsigned nr = n - e < REFINE_ROWS ? (unsigned)(n - e) :
+		    REFINE_ROWS, t;
+		size_t qi[REFINE_ROWS];
 		uint64_t rows[REFINE_ROWS];
-		unsigned nr = 0;
+		float key[REFINE_ROWS];
 
-		/* Up to REFINE_ROWS distinct rows, with all their entries. */
-		for (u = e; u < n; u++) {
-			if (nr > 0 && w->rcs[u].row == rows[nr - 1])
-				continue;
-			if (nr == REFINE_ROWS)
-				break;
-			rows[nr++] = w->rcs[u].row;
+		for (t = 0; t < nr; t++) {
+			qi[t] = i + w->rcs[e + t].q;
+			rows[t] = w->rcs[e + t].row;
 		}
-		if (q->field_bits == 4)
-			gather_fields(c, rows, nr, nf, w->codes);
-		for (unsigned t = 0, x = (unsigned)e; t < nr; t++) {
-			dequantize(c, w, rows[t], w->codes + (size_t)t * nf,
-			    w->row);
-			for (; x < u && w->rcs[x].row == rows[t]; x++)
-				w->rkey[(size_t)w->rcs[x].q * w->kc +
-				    w->rcs[x].t] = refined_key(c, i +
-				    w->rcs[x].q, rows[t], w->row);
-		}
+		refined_keys(c, w, qi, rows, nr, key);
+		for (t = 0; t < nr; t++)
+			w->rkey[(size_t)w->rcs[e + t].q * w->kc +
+			    w->rcs[e + t].t] = key[t];
 	}
 }
 
@@ -946,6 +911,7 @@ finish(struct worker *w, size_t i, const struct tq_topk *cand,
 	float *scores = c->scores + i * c->k;
 	float rk[REFINE_ROWS];	/* refined keys of candidates t - t % 4 .. */
 	float xk[RERANK_ROWS];	/* exact keys of candidates t - t % 4 .. */
+	size_t qi[REFINE_ROWS] = { i, i, i, i };
 	uint32_t t, e;
 
 	tq_topk_reset(&w->fin);
@@ -981,7 +947,7 @@ finish(struct worker *w, size_t i, const struct tq_topk *cand,
 			unsigned u = t % REFINE_ROWS;
 
 			if (u == 0)
-				refined_keys(c, w, i, cand->id + t,
+				refined_keys(c, w, qi, cand->id + t,
 				    cand->len - t < REFINE_ROWS ?
 				    cand->len - t : REFINE_ROWS, rk);
 			key = rk[u];
@@ -1117,7 +1083,7 @@ range_finish(struct worker *w, size_t i)
 		if (ix->originals != TQ_ORIG_NONE)
 			key = exact_key(c, w, c->qv + i * c->dim, r);
 		else
-			refined_keys(c, w, i, &r, 1, &key);
+			refined_keys(c, w, &i, &r, 1, &key);
 
 		if (key >= c->rkey) {
 			w->hits[kept].key = key;
