@@ -394,94 +394,126 @@ tq_keyf16_avx512(enum tq_metric metric, const float *qv,
  * coordinates a step, in one register of eight double lanes as keyf16
  * adds them (coordinate d in lane d % 8 by position, d before d + 8).
  * The step's 16 / cpf fields (cpf = 4 / bits coordinates a field) are
- * 4 / cpf aligned 64-byte loads of the block; vpermb / vpermt2b (VBMI)
- * pick byte pos % 16 of each field straight into coordinate order (a
- * field's byte repeated for each of its coordinates), vpmovzxbd widens
- * them, vpsrlvd shifts each to its own nibble and coordinate (pos >= 16:
- * the high nibble), and vpermps looks the code up in the 16 centroids.
- * The rest is keyf16's: widen to double (exact), multiply by the query,
- * add.  g rows side by side (up to four) overlap their chains of adds and
- * their loads, which miss in L1 (a row's nibbles are spread over its
- * whole block) and are prefetched DOTQ4_AHEAD bytes on.  The last
- * dim % 16 coordinates load the groups of fields that exist and add under
- * a mask.
+ * 4 / cpf aligned 64-byte loads of the block.  For each half of the step
+ * (eight coordinates) one vpermb / vpermt2b (VBMI) with a zeroing mask
+ * puts byte pos % 16 of each coordinate's field in the low byte of its
+ * qword, vpsrlvq shifts the coordinate's code to the bottom (pos >= 16:
+ * the high nibble), and vpermt2pd looks it up in the 16 centroids held
+ * as doubles (exact), reading only the low four bits: with bits 1 and 2
+ * the table repeats its 2^bits centroids, so the bits above the code
+ * need no mask.  Then a multiply by the query widened to double (exact)
+ * and an add.  This keeps port 5 (shuffles, conversions) to four
+ * operations a row and step: with float lookups widened afterwards it
+ * was ten, and the bound.  g rows side by side (up to four) overlap their
+ * chains of adds and their loads, which miss in L1 (a row's nibbles are
+ * spread over its whole block) and are prefetched DOTQ4_AHEAD bytes on;
+ * when the rows share one query (`shared`) its conversions are shared
+ * too.  The last dim % 16 coordinates load the groups of fields that
+ * exist and add under a mask.
  */
 #define DOTQ4_AHEAD 2048u
 
-static inline __attribute__((always_inline)) __m512
-dotq4_codes(const uint8_t *p, unsigned nl, __m512i idx, __m512i shv,
-    __m512i mask, __m512 ctab, unsigned cpf)
+/* Eight coordinates' centroids from the step's loads a, b (see above). */
+static inline __attribute__((always_inline)) __m512d
+dotq4_half(__m512i a, __m512i b, __m512i idx, __m512i shv, __m512d tlo,
+    __m512d thi, unsigned cpf)
 {
-	__m512i l0 = nl > 0 ? _mm512_loadu_si512(p) : _mm512_setzero_si512();
-	__m512i r, c;
+	const __mmask64 q0 = (__mmask64)0x0101010101010101ull;
+	__m512i c = cpf == 1 ? _mm512_maskz_permutex2var_epi8(q0, a, idx, b) :
+	    _mm512_maskz_permutexvar_epi8(q0, idx, a);
+
+	return _mm512_permutex2var_pd(tlo, _mm512_srlv_epi64(c, shv), thi);
+}
+
+/* The centroids of a step's 16 coordinates: *lo the first 8, *hi the rest. */
+static inline __attribute__((always_inline)) void
+dotq4_step(const uint8_t *p, unsigned nl, __m512i ilo, __m512i ihi,
+    __m512i shv, __m512d tlo, __m512d thi, unsigned cpf, __m512d *lo,
+    __m512d *hi)
+{
+	__m512i z = _mm512_setzero_si512();
+	__m512i l0 = nl > 0 ? _mm512_loadu_si512(p) : z;
 
 	if (cpf == 4) {
-		r = _mm512_permutexvar_epi8(idx, l0);
+		*lo = dotq4_half(l0, z, ilo, shv, tlo, thi, cpf);
+		*hi = dotq4_half(l0, z, ihi, shv, tlo, thi, cpf);
+	} else if (cpf == 2) {
+		__m512i l1 = nl > 1 ? _mm512_loadu_si512(p + 64) : z;
+
+		*lo = dotq4_half(l0, z, ilo, shv, tlo, thi, cpf);
+		*hi = dotq4_half(l1, z, ilo, shv, tlo, thi, cpf);
 	} else {
-		__m512i l1 = nl > 1 ? _mm512_loadu_si512(p + 64) :
-		    _mm512_setzero_si512();
+		__m512i l1 = nl > 1 ? _mm512_loadu_si512(p + 64) : z;
+		__m512i l2 = nl > 2 ? _mm512_loadu_si512(p + 128) : z;
+		__m512i l3 = nl > 3 ? _mm512_loadu_si512(p + 192) : z;
 
-		r = _mm512_permutex2var_epi8(l0, idx, l1);
-		if (cpf == 1) {
-			__m512i l2 = nl > 2 ? _mm512_loadu_si512(p + 128) :
-			    _mm512_setzero_si512();
-			__m512i l3 = nl > 3 ? _mm512_loadu_si512(p + 192) :
-			    _mm512_setzero_si512();
-
-			r = _mm512_mask_blend_epi8((__mmask64)0xff00, r,
-			    _mm512_permutex2var_epi8(l2, idx, l3));
-		}
+		*lo = dotq4_half(l0, l1, ilo, shv, tlo, thi, cpf);
+		*hi = dotq4_half(l2, l3, ilo, shv, tlo, thi, cpf);
 	}
-	c = _mm512_cvtepu8_epi32(_mm512_castsi512_si128(r));
-	c = _mm512_and_si512(_mm512_srlv_epi32(c, shv), mask);
-	return _mm512_permutexvar_ps(c, ctab);
 }
 
 static inline __attribute__((always_inline)) void
 dotq4_group(const float *const *rq, const uint8_t *const *blk,
     const unsigned *pos, unsigned g, uint32_t dim, unsigned bits,
-    const float *cent, double *dot)
+    const float *cent, int shared, double *dot)
 {
 	const unsigned cpf = 4 / bits, nl = 4 / cpf;
-	const __m512 ctab = _mm512_loadu_ps(cent);
-	const __m512i mask = _mm512_set1_epi32((int)((1u << bits) - 1));
-	__m512i idx[4], shv[4];
-	__m512d acc[4];
+	__m512i ilo[4], ihi[4], shv[4];
+	__m512d acc[4], tlo, thi, q0, q1, y0, y1;
+	double tb[16];
 	uint32_t d = 0, rem;
 	unsigned t, k, l;
 
+	for (k = 0; k < 16; k++)
+		tb[k] = (double)cent[k & ((1u << bits) - 1)];
+	tlo = _mm512_loadu_pd(tb);
+	thi = _mm512_loadu_pd(tb + 8);
 #pragma GCC unroll 4
 	for (t = 0; t < 4; t++) {
-		uint8_t ib[64] = { 0 };
-		uint32_t sb[16];
+		uint8_t il[64] = { 0 }, ih[64] = { 0 };
+		uint64_t sb[8];
 
 		acc[t] = _mm512_setzero_pd();
-		idx[t] = shv[t] = _mm512_setzero_si512();
+		ilo[t] = ihi[t] = shv[t] = _mm512_setzero_si512();
 		if (t >= g)
 			continue;
-		for (k = 0; k < 16; k++) {
-			ib[k] = (uint8_t)(16 * (k / cpf % 8) + pos[t] % 16);
+		for (k = 0; k < 8; k++) {
+			/* Coordinate k of each half; with cpf 4 both in l0. */
+			il[8 * k] = (uint8_t)(16 * (k / cpf) + pos[t] % 16);
+			ih[8 * k] = (uint8_t)(16 * ((8 + k) / cpf) + pos[t] %
+			    16);
 			sb[k] = (pos[t] < 16 ? 0 : 4) + k % cpf * bits;
 		}
-		idx[t] = _mm512_loadu_si512(ib);
+		ilo[t] = _mm512_loadu_si512(il);
+		ihi[t] = _mm512_loadu_si512(ih);
 		shv[t] = _mm512_loadu_si512(sb);
 	}
 	for (; d + 16 <= dim; d += 16) {
 		size_t off = (size_t)(d / cpf) * 16;
 
+		if (shared) {
+			__m512 qf = _mm512_loadu_ps(rq[0] + d);
+
+			q0 = lo_pd(qf);
+			q1 = hi_pd(qf);
+		}
 #pragma GCC unroll 4
 		for (t = 0; t < g; t++) {
 			const uint8_t *p = blk[t] + off;
-			__m512 y, qf = _mm512_loadu_ps(rq[t] + d);
 
+			if (!shared) {
+				__m512 qf = _mm512_loadu_ps(rq[t] + d);
+
+				q0 = lo_pd(qf);
+				q1 = hi_pd(qf);
+			}
 			for (l = 0; l < nl; l++)
 				_mm_prefetch((const char *)p + DOTQ4_AHEAD +
 				    64 * l, _MM_HINT_T0);
-			y = dotq4_codes(p, nl, idx[t], shv[t], mask, ctab, cpf);
-			acc[t] = _mm512_add_pd(acc[t], _mm512_mul_pd(lo_pd(qf),
-			    lo_pd(y)));
-			acc[t] = _mm512_add_pd(acc[t], _mm512_mul_pd(hi_pd(qf),
-			    hi_pd(y)));
+			dotq4_step(p, nl, ilo[t], ihi[t], shv[t], tlo, thi, cpf,
+			    &y0, &y1);
+			acc[t] = _mm512_add_pd(acc[t], _mm512_mul_pd(q0, y0));
+			acc[t] = _mm512_add_pd(acc[t], _mm512_mul_pd(q1, y1));
 		}
 	}
 	if ((rem = dim - d) > 0) {
@@ -493,14 +525,14 @@ dotq4_group(const float *const *rq, const uint8_t *const *blk,
 
 #pragma GCC unroll 4
 		for (t = 0; t < g; t++) {
-			__m512 y, qf = _mm512_maskz_loadu_ps(m, rq[t] + d);
+			__m512 qf = _mm512_maskz_loadu_ps(m, rq[t] + d);
 
-			y = dotq4_codes(blk[t] + off, nr, idx[t], shv[t], mask,
-			    ctab, cpf);
+			dotq4_step(blk[t] + off, nr, ilo[t], ihi[t], shv[t],
+			    tlo, thi, cpf, &y0, &y1);
 			acc[t] = _mm512_mask_add_pd(acc[t], m0, acc[t],
-			    _mm512_mul_pd(lo_pd(qf), lo_pd(y)));
+			    _mm512_mul_pd(lo_pd(qf), y0));
 			acc[t] = _mm512_mask_add_pd(acc[t], m1, acc[t],
-			    _mm512_mul_pd(hi_pd(qf), hi_pd(y)));
+			    _mm512_mul_pd(hi_pd(qf), y1));
 		}
 	}
 	for (t = 0; t < g; t++) {
@@ -513,7 +545,10 @@ dotq4_group(const float *const *rq, const uint8_t *const *blk,
 	}
 }
 
-/* n rows, four at a time, then one by one; bits a constant in each. */
+/*
+ * n rows, four at a time, then one by one; bits and whether a group's
+ * rows share their query constants in each copy.
+ */
 static inline __attribute__((always_inline)) void
 dotq4_rows(const float *const *rq, const uint8_t *const *blk,
     const unsigned *pos, unsigned n, uint32_t dim, unsigned bits,
@@ -522,10 +557,15 @@ dotq4_rows(const float *const *rq, const uint8_t *const *blk,
 	unsigned t = 0;
 
 	for (; t + 4 <= n; t += 4)
-		dotq4_group(rq + t, blk + t, pos + t, 4, dim, bits, cent,
-		    dot + t);
+		if (rq[t] == rq[t + 1] && rq[t] == rq[t + 2] &&
+		    rq[t] == rq[t + 3])
+			dotq4_group(rq + t, blk + t, pos + t, 4, dim, bits,
+			    cent, 1, dot + t);
+		else
+			dotq4_group(rq + t, blk + t, pos + t, 4, dim, bits,
+			    cent, 0, dot + t);
 	for (; t < n; t++)
-		dotq4_group(rq + t, blk + t, pos + t, 1, dim, bits, cent,
+		dotq4_group(rq + t, blk + t, pos + t, 1, dim, bits, cent, 1,
 		    dot + t);
 }
 

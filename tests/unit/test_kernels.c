@@ -708,12 +708,12 @@ test_keyf16(void)
  * the layout of tq.5 decoded here, dequantized and summed by tq_dot_lanes,
  * bit for bit, for bits 1, 2 and 4, lengths around every multiple of 8
  * and 16, rows at block positions 0, 15, 16, 31 and others (both nibbles
- * of a byte), row counts that leave every remainder of the groups of four
- * and a query per row.  Each block is allocated to its exact size (the
- * fields padded to a multiple of four), so a read past it trips
- * AddressSanitizer; the centroids past 2^bits are NaN, so a code not
- * masked to its bits shows.  One query puts +-1e20 in lanes 0 and 1, so
- * a sum in another order shows in the result.
+ * of a byte), row counts that leave every remainder of the groups of four,
+ * and a query per row or one for all.  Each block is allocated to its
+ * exact size (the fields padded to a multiple of four), so a read past it
+ * trips AddressSanitizer; the centroids past 2^bits are NaN, so a code
+ * not masked to its bits shows.  One query puts +-1e20 in lanes 0 and 1,
+ * so a sum in another order shows in the result.
  */
 static void
 test_dotq4(void)
@@ -739,8 +739,9 @@ test_dotq4(void)
 		unsigned bits = bitss[bi], cpf = 4 / bits, t;
 		uint32_t dim = dims[di], nf = ((dim + cpf - 1) / cpf + 3) / 4 * 4;
 		float *rq[9], *y = malloc(dim * sizeof(float));
+		const float *one[9];
 		uint8_t *blk[9];
-		double want[9], got[9];
+		double want[2][9], got[9];
 
 		for (unsigned c = 0; c < 16; c++)
 			cent[c] = c < (1u << bits) ? (float)((int32_t)rnd() %
@@ -769,17 +770,21 @@ test_dotq4(void)
 					y[d] = cent[v >> (d % cpf * bits) &
 					    ((1u << bits) - 1)];
 				}
-				want[t] = tq_dot_lanes(rq[t], y, dim);
+				want[0][t] = tq_dot_lanes(rq[t], y, dim);
+				want[1][t] = tq_dot_lanes(rq[3], y, dim);
+				one[t] = rq[3];
 			}
-			for (size_t k = 0; k < 3; k++) {
+			/* A query per row, and one query for all (shared). */
+			for (size_t k = 0; k < 3; k++)
+			for (int sh = 0; sh <= 1; sh++) {
 				if (!kk[k].run)
 					continue;
 				for (unsigned n = 1; n <= 9; n++) {
 					memset(got, 0xee, sizeof(got));
-					kk[k].fn((const float *const *)rq,
-					    (const uint8_t *const *)blk, posv,
-					    n, dim, bits, cent, got);
-					bad[k] |= memcmp(got, want, n *
+					kk[k].fn(sh ? one : (const float *const
+					    *)rq, (const uint8_t *const *)blk,
+					    posv, n, dim, bits, cent, got);
+					bad[k] |= memcmp(got, want[sh], n *
 					    sizeof(double)) != 0;
 					/* Nothing written past dot[n - 1]. */
 					if (n < 9)
