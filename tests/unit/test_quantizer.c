@@ -516,6 +516,17 @@ test_codebook(void)
 /* ------------------------------------------------------------------------ */
 /* (5) Packing                                                               */
 
+/* A quantizer with only the layout of (d, bits) set, for the packers. */
+static void
+layout_only(struct tq_quantizer *q, uint32_t d, unsigned bits)
+{
+	memset(q, 0, sizeof(*q));
+	q->dim = d;
+	q->bits = bits;
+	q->nlevels = 1u << bits;
+	tq_quantizer_layout(q);
+}
+
 static void
 test_packing(void)
 {
@@ -534,11 +545,7 @@ test_packing(void)
 			size_t cb;
 			int ok = 1;
 
-			memset(&q, 0, sizeof(q));
-			q.dim = d;
-			q.bits = bits;
-			q.nlevels = 1u << bits;
-			tq_quantizer_layout(&q);
+			layout_only(&q, d, bits);
 			CHECK(q.nfields % 4 == 0 &&
 			    q.nfields * q.coords_per_field >= d);
 			cb = tq_code_bytes(&q);
@@ -622,11 +629,7 @@ test_block_copy(void)
 			uint8_t *sc, *dc, *ec, *src, *dst, *want, *packed;
 			int ok = 1;
 
-			memset(&q, 0, sizeof(q));
-			q.dim = d;
-			q.bits = bits;
-			q.nlevels = 1u << bits;
-			tq_quantizer_layout(&q);
+			layout_only(&q, d, bits);
 			bb = tq_block_bytes(&q);
 			cb = tq_code_bytes(&q);
 			sc = malloc(ns * d);
@@ -687,11 +690,7 @@ test_block_layout(void)
 	uint8_t codes[32 * 8], block[4 * 96];
 	unsigned j;
 
-	memset(&q, 0, sizeof(q));
-	q.dim = 8;
-	q.bits = 4;
-	q.nlevels = 16;
-	tq_quantizer_layout(&q);
+	layout_only(&q, 8, 4);
 	for (j = 0; j < 32 * 8; j++)
 		codes[j] = (uint8_t)(j * 7 % 16);
 	tq_pack_block(&q, codes, 32, block);
@@ -699,9 +698,7 @@ test_block_layout(void)
 	/* field 2, vector 3 low nibble; vector 19 high nibble */
 	CHECK(block[2 * 16 + 3] == (codes[3 * 8 + 2] | codes[19 * 8 + 2] << 4));
 
-	q.bits = 3;
-	q.nlevels = 8;
-	tq_quantizer_layout(&q);
+	layout_only(&q, 8, 3);
 	CHECK(q.field_bits == 6 && q.coords_per_field == 2 && q.nfields == 4);
 	CHECK(tq_block_bytes(&q) == 96);
 	for (j = 0; j < 32 * 8; j++)
