@@ -212,3 +212,31 @@ print([s["offset"] for s in d["sections"] if s["tag"] == "LIST"][0])')
 		cmp b$t.tqi "$F/ivf.tqi"
 	done
 }
+
+@test "tq-build: IVF compact and append after --delete equal fresh builds of the live rows" {
+	# 20000 rows, f16 originals: --memory 1 writes the lists in two windows.
+	mkfix big.bin 16 20000 7 --clusters 12
+	tq head big.bin old.bin 18000
+	tq rows big.bin new.bin @<(seq 18000 19999)
+	"$TQ_BIN/tq-build" -q "$F/ivf.tqq" --originals f16 -o a.tqi old.bin
+	# Deleted: the first row, a run across a block edge, whole blocks,
+	# every seventh row of a stretch, and the last row.
+	{ echo 0; seq 31 33; seq 4000 4999; seq 9001 7 15000; echo 17999; } >del.ids
+	"$TQ_BIN/tq-build" --delete del.ids a.tqi
+	sort del.ids >del.sorted
+	seq 0 17999 | sort | comm -23 - del.sorted | sort -n >kept.ids
+	tq rows old.bin kept.bin @kept.ids
+	"$TQ_BIN/tq-build" -q "$F/ivf.tqq" --originals f16 --ids kept.ids -o want.tqi kept.bin
+	"$TQ_BIN/tq-build" --compact -o c.tqi a.tqi
+	cmp c.tqi want.tqi
+	"$TQ_BIN/tq-build" --compact --memory 1 -o c1.tqi a.tqi
+	cmp c1.tqi want.tqi
+	# New ids continue after the largest, deleted or not: 18000 on.
+	{ cat kept.ids; seq 18000 19999; } >all.ids
+	tq rows big.bin all.bin @all.ids
+	"$TQ_BIN/tq-build" -q "$F/ivf.tqq" --originals f16 --ids all.ids -o want2.tqi all.bin
+	"$TQ_BIN/tq-build" --append --memory 1 -o b.tqi a.tqi new.bin
+	cmp b.tqi want2.tqi
+	"$TQ_BIN/tq-build" --append a.tqi new.bin
+	cmp a.tqi want2.tqi
+}

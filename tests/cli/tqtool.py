@@ -106,8 +106,13 @@ def gen(args):
 
 
 def rows_cmd(args):
+    """rows IN OUT LIST: LIST is comma-separated, or @FILE of one a line."""
     dim, rows = read_fixture(args[0])
-    idx = [int(s) for s in args[2].split(",")]
+    if args[2].startswith("@"):
+        with open(args[2][1:]) as f:
+            idx = [int(s) for s in f.read().split()]
+    else:
+        idx = [int(s) for s in args[2].split(",")]
     write_fixture(args[1], dim, [rows[i] for i in idx])
 
 
