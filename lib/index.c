@@ -1414,15 +1414,33 @@ append_run(struct build *b, const struct tq_index *ix, struct source *src,
 		b->srows += ix->live;
 		b->old = ix;
 	}
-	/* Flat: the live rows through the chunk buffers. */
-	for (uint64_t r = 0; !b->ivf && r < ix->n; r++) {
-		if (row_dead(ix, r))
+	/*
+	 * Flat: whole chunks of live rows move by runs, a block at a time
+	 * (old_rows_to_chunk); the rest, less than a chunk, goes through the
+	 * row buffers with the first new rows.  1M x 1024, appending 10%:
+	 * 4.1 s row by row, building the new rows alone 2.6 s.
+	 */
+	for (uint64_t r = 0, left = b->ivf ? 0 : ix->live; left > 0; ) {
+		if (left < b->chunk) {
+			if (!row_dead(ix, r)) {
+				old_row_to_chunk(b, ix, r, at++);
+				left--;
+			}
+			r++;
 			continue;
-		old_row_to_chunk(b, ix, r, at);
-		if (++at == b->chunk) {
-			TQ_TRY(rows_out(b, at));
-			at = 0;
 		}
+		/* A chunk's worth of live rows lie ahead: r + len < ix->n. */
+		for (size_t len; at < b->chunk; at += len, r += len) {
+			while (row_dead(ix, r))
+				r++;
+			for (len = 1; at + len < b->chunk &&
+			    !row_dead(ix, r + len); len++)
+				;
+			old_rows_to_chunk(b, ix, r, len, at);
+		}
+		TQ_TRY(chunk_out(b, at));
+		left -= at;
+		at = 0;
 	}
 	for (row = 0; row < nnew; row += got) {
 		size_t want = b->chunk - at;

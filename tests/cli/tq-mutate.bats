@@ -199,3 +199,27 @@ PY
 	run --separate-stderr "$TQ_BIN/tq-build" --delete x.ids --originals none "$F/a.tqi"
 	assert_usage_error tq-build
 }
+
+@test "tq-build: flat append and compact of more than a chunk of rows equal fresh builds" {
+	# 16-d rows go 4096 to a chunk: two whole chunks move by blocks.
+	mkfix big.bin 16 10000 5 --clusters 10
+	tq head big.bin old.bin 9000
+	tq rows big.bin new.bin @<(seq 9000 9999)
+	"$TQ_BIN/tq-build" -q "$F/q.tqq" --originals f16 -o a.tqi old.bin
+	"$TQ_BIN/tq-build" -q "$F/q.tqq" --originals f16 -o want0.tqi big.bin
+	"$TQ_BIN/tq-build" --append -o a0.tqi a.tqi new.bin
+	cmp a0.tqi want0.tqi
+	{ echo 0; seq 31 33; seq 1000 1999; seq 4001 7 8000; echo 8999; } >del.ids
+	"$TQ_BIN/tq-build" --delete del.ids a.tqi
+	sort del.ids >del.sorted
+	seq 0 8999 | sort | comm -23 - del.sorted | sort -n >kept.ids
+	tq rows old.bin kept.bin @kept.ids
+	"$TQ_BIN/tq-build" -q "$F/q.tqq" --originals f16 --ids kept.ids -o want.tqi kept.bin
+	"$TQ_BIN/tq-build" --compact -o c.tqi a.tqi
+	cmp c.tqi want.tqi
+	{ cat kept.ids; seq 9000 9999; } >all.ids
+	tq rows big.bin all.bin @all.ids
+	"$TQ_BIN/tq-build" -q "$F/q.tqq" --originals f16 --ids all.ids -o want2.tqi all.bin
+	"$TQ_BIN/tq-build" --append a.tqi new.bin
+	cmp a.tqi want2.tqi
+}
