@@ -8,21 +8,24 @@
 
 static const char usage_str[] =
     "tq-encode -q quantizer [-i input] [-o output] [--dataset name]\n"
+    "          [--threads n]\n"
     "       tq-encode --decode -q quantizer [-i codes] [-o output] "
     "[--format fixture|fvecs]";
 
-enum { OPT_DATASET = 256, OPT_DECODE, OPT_FORMAT };
+enum { OPT_DATASET = 256, OPT_DECODE, OPT_FORMAT, OPT_THREADS };
 
 static const struct option longopts[] = {
 	{ "dataset",	required_argument,	NULL, OPT_DATASET },
 	{ "decode",	no_argument,		NULL, OPT_DECODE },
 	{ "format",	required_argument,	NULL, OPT_FORMAT },
 	{ "help",	no_argument,		NULL, 'h' },
+	{ "threads",	required_argument,	NULL, OPT_THREADS },
 	{ "version",	no_argument,		NULL, 'V' },
 	{ NULL,		0,			NULL, 0 }
 };
 
-#define CHUNK 1024
+/* Vectors read and encoded at once: 32 blocks a thread on two threads. */
+#define CHUNK 2048
 
 static struct tq_writer *writer;	/* aborted if we exit before commit */
 
@@ -36,7 +39,7 @@ abort_writer(void *arg, int in_signal)
 
 static void
 encode(const struct tq_quantizer *q, const char *in, const char *dataset,
-    const char *outpath)
+    unsigned threads, const char *outpath)
 {
 	struct tq_reader *r;
 	struct out o;
@@ -69,7 +72,8 @@ encode(const struct tq_quantizer *q, const char *in, const char *dataset,
 			die_status(st, in_name(in));
 		if (got == 0)
 			break;
-		if ((st = tq_encode(q, x, got, codes, f)) != TQ_OK)
+		if ((st = tq_encode_threads(q, x, got, threads, codes, f)) !=
+		    TQ_OK)
 			die_status(st, in_name(in));
 		for (i = 0; i < got; i++) {
 			memcpy(rec + i * rb, codes + i * cb, cb);
@@ -199,7 +203,8 @@ main(int argc, char *argv[])
 	const char *format = NULL, *dsopt = NULL;
 	enum tq_vecfmt fmt = TQ_VEC_FIXTURE;
 	enum tq_status st;
-	int ch, dec = 0;
+	int ch, dec = 0, topt = 0;
+	unsigned threads = 0;
 
 	cmd_init(argv, usage_str);
 	while ((ch = getopt_long(argc, argv, "hi:o:q:V", longopts, NULL)) != -1) {
@@ -222,6 +227,10 @@ main(int argc, char *argv[])
 			break;
 		case OPT_DECODE:
 			dec = 1;
+			break;
+		case OPT_THREADS:
+			threads = parse_u32(optarg, 0, 1024, "threads");
+			topt = 1;
 			break;
 		case OPT_FORMAT:
 			format = optarg;
@@ -247,13 +256,15 @@ main(int argc, char *argv[])
 		usage_error("--format needs --decode");
 	if (dsopt != NULL && dec)
 		usage_error("--dataset does not apply to --decode");
+	if (topt && dec)
+		usage_error("--threads does not apply to --decode");
 
 	if ((st = tq_quantizer_load(qpath, &q)) != TQ_OK)
 		die_status(st, qpath);
 	if (dec)
 		decode(q, in, out, fmt);
 	else
-		encode(q, in, dataset, out);
+		encode(q, in, dataset, threads, out);
 	tq_quantizer_free(q);
 	finish_stdout();
 	return 0;

@@ -17,6 +17,8 @@
  * Norms and dot products are accumulated in double.
  */
 #include <math.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "internal.h"
@@ -258,9 +260,10 @@ tq_encode_unpacked(const struct tq_quantizer *q, const float *x, size_t n,
 /* Rows encoded per internal call of tq_encode (bounds the scratch). */
 #define PACK_CHUNK 256u
 
-enum tq_status
-tq_encode(const struct tq_quantizer *q, const float *x, size_t n,
-    uint8_t *codes, float *factors)
+/* n rows into packed codes, PACK_CHUNK rows of unpacked scratch at a time. */
+static enum tq_status
+encode_packed(const struct tq_quantizer *q, const float *x, size_t n,
+    size_t row0, uint8_t *codes, float *factors)
 {
 	size_t d = q->dim, cb = tq_code_bytes(q), s0, i;
 	uint8_t *un;
@@ -273,13 +276,105 @@ tq_encode(const struct tq_quantizer *q, const float *x, size_t n,
 	for (s0 = 0; s0 < n && st == TQ_OK; s0 += PACK_CHUNK) {
 		size_t m = n - s0 < PACK_CHUNK ? n - s0 : PACK_CHUNK;
 
-		st = encode_rows(q, x + s0 * d, m, s0, un,
+		st = encode_rows(q, x + s0 * d, m, row0 + s0, un,
 		    factors + s0 * TQ_NFACTORS);
 		for (i = 0; i < m && st == TQ_OK; i++)
 			tq_pack_row(q, un + i * d, codes + (s0 + i) * cb);
 	}
 	free(un);
 	return st;
+}
+
+struct encode_job {
+	const struct tq_quantizer *q;
+	const float *x;
+	uint8_t *codes;
+	float *factors;
+	size_t rows, row0;
+	int packed;
+	enum tq_status rc;
+	char detail[256];
+};
+
+static void *
+encode_worker(void *arg)
+{
+	struct encode_job *j = arg;
+
+	j->rc = j->packed ?
+	    encode_packed(j->q, j->x, j->rows, j->row0, j->codes, j->factors) :
+	    encode_rows(j->q, j->x, j->rows, j->row0, j->codes, j->factors);
+	if (j->rc != TQ_OK)
+		snprintf(j->detail, sizeof(j->detail), "%s", tq_errdetail());
+	return NULL;
+}
+
+/*
+ * n rows on up to `threads` threads (0: one a CPU, at most 64), each a
+ * range of whole 32-row blocks.  The split does not change the bytes:
+ * encoding is row-wise.  A thread that cannot be started runs its range
+ * on the calling thread.  The first failing range's detail is kept.
+ */
+static enum tq_status
+encode_split(const struct tq_quantizer *q, const float *x, size_t n,
+    unsigned threads, int packed, uint8_t *codes, float *factors)
+{
+	struct encode_job job[64];
+	pthread_t tid[64];
+	int started[64];
+	size_t nblk = (n + TQ_BLOCK - 1) / TQ_BLOCK, per, at = 0;
+	size_t cw = packed ? tq_code_bytes(q) : q->dim;
+	unsigned t, nt = threads ? threads : tq_ncpu();
+
+	if (nt > 64)
+		nt = 64;
+	if (nt > nblk)
+		nt = (unsigned)nblk;
+	if (nt <= 1)
+		return packed ? encode_packed(q, x, n, 0, codes, factors) :
+		    encode_rows(q, x, n, 0, codes, factors);
+	per = (nblk + nt - 1) / nt * TQ_BLOCK;
+	for (t = 0; t < nt; t++) {
+		size_t len = n - at < per ? n - at : per;
+
+		job[t] = (struct encode_job){ q, x + at * q->dim,
+		    codes + at * cw, factors + at * TQ_NFACTORS, len, at,
+		    packed, TQ_OK, "" };
+		at += len;
+		started[t] = t > 0 && len > 0 &&
+		    pthread_create(&tid[t], NULL, encode_worker, &job[t]) == 0;
+	}
+	for (t = 0; t < nt; t++)
+		if (!started[t] && job[t].rows > 0)
+			encode_worker(&job[t]);
+	for (t = 0; t < nt; t++)
+		if (started[t])
+			pthread_join(tid[t], NULL);
+	for (t = 0; t < nt; t++)
+		if (job[t].rc != TQ_OK)
+			return tq_fail(job[t].rc, "%s", job[t].detail);
+	return TQ_OK;
+}
+
+enum tq_status
+tq_encode_threads(const struct tq_quantizer *q, const float *x, size_t n,
+    unsigned threads, uint8_t *codes, float *factors)
+{
+	return encode_split(q, x, n, threads, 1, codes, factors);
+}
+
+enum tq_status
+tq_encode(const struct tq_quantizer *q, const float *x, size_t n,
+    uint8_t *codes, float *factors)
+{
+	return encode_packed(q, x, n, 0, codes, factors);
+}
+
+enum tq_status
+tq_encode_unpacked_threads(const struct tq_quantizer *q, const float *x,
+    size_t n, unsigned threads, uint8_t *codes, float *factors)
+{
+	return encode_split(q, x, n, threads, 0, codes, factors);
 }
 
 /*

@@ -24,7 +24,6 @@
  */
 #include <errno.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -132,73 +131,6 @@ source_spool(struct source *src, const char *path, float *buf, size_t chunk)
 		off += (uint64_t)got * rowbytes;
 		src->n += got;
 	}
-	return TQ_OK;
-}
-
-/* ------------------------------------------------------------------------ */
-/* Parallel encoding of one chunk                                            */
-
-struct encode_job {
-	const struct tq_quantizer *q;
-	const float *x;
-	uint8_t *codes;
-	float *factors;
-	size_t rows;
-	enum tq_status rc;
-	char detail[256];
-};
-
-static void *
-encode_worker(void *arg)
-{
-	struct encode_job *j = arg;
-
-	j->rc = tq_encode_unpacked(j->q, j->x, j->rows, j->codes, j->factors);
-	if (j->rc != TQ_OK)
-		snprintf(j->detail, sizeof(j->detail), "%s", tq_errdetail());
-	return NULL;
-}
-
-/*
- * Encodes `rows` rows, split into at most `threads` ranges of whole
- * blocks.  The split does not change the bytes: encoding is row-wise.
- */
-static enum tq_status
-encode_chunk(const struct tq_quantizer *q, const float *x, size_t rows,
-    unsigned threads, uint8_t *codes, float *factors)
-{
-	struct encode_job job[64];
-	pthread_t tid[64];
-	int started[64];
-	size_t nblk = (rows + TQ_BLOCK - 1) / TQ_BLOCK, per, at = 0;
-	unsigned t, nt = threads;
-
-	if (nt > 64)
-		nt = 64;
-	if (nt > nblk)
-		nt = (unsigned)nblk;
-	if (nt <= 1)
-		return tq_encode_unpacked(q, x, rows, codes, factors);
-	per = (nblk + nt - 1) / nt * TQ_BLOCK;
-	for (t = 0; t < nt; t++) {
-		size_t len = rows - at < per ? rows - at : per;
-
-		job[t] = (struct encode_job){ q, x + at * q->dim,
-		    codes + at * q->dim, factors + at * TQ_NFACTORS, len,
-		    TQ_OK, "" };
-		at += len;
-		started[t] = t > 0 && len > 0 &&
-		    pthread_create(&tid[t], NULL, encode_worker, &job[t]) == 0;
-	}
-	for (t = 0; t < nt; t++)
-		if (!started[t] && job[t].rows > 0)
-			encode_worker(&job[t]);
-	for (t = 0; t < nt; t++)
-		if (started[t])
-			pthread_join(tid[t], NULL);
-	for (t = 0; t < nt; t++)
-		if (job[t].rc != TQ_OK)
-			return tq_fail(job[t].rc, "%s", job[t].detail);
 	return TQ_OK;
 }
 
@@ -437,7 +369,8 @@ write_chunk(struct build *b, size_t rows, uint64_t row0, unsigned threads)
 	const struct tq_quantizer *q = b->q;
 	size_t got;
 
-	TQ_TRY(encode_chunk(q, b->x, rows, threads, b->codes, b->factors));
+	TQ_TRY(tq_encode_unpacked_threads(q, b->x, rows, threads, b->codes,
+	    b->factors));
 	if (b->ivf)
 		TQ_TRY(assign_rows(b, b->x, rows, 0));
 
@@ -1453,8 +1386,9 @@ append_run(struct build *b, const struct tq_index *ix, struct source *src,
 			return tq_fail(TQ_ERR_FORMAT, "truncated: expected "
 			    "%llu rows, got %llu", (unsigned long long)nnew,
 			    (unsigned long long)(row + got));
-		TQ_TRY(encode_chunk(q, b->x + at * dim, got, threads,
-		    b->codes + at * dim, b->factors + at * TQ_NFACTORS));
+		TQ_TRY(tq_encode_unpacked_threads(q, b->x + at * dim, got,
+		    threads, b->codes + at * dim,
+		    b->factors + at * TQ_NFACTORS));
 		if (b->ivf)
 			TQ_TRY(assign_rows(b, b->x + at * dim, got, at));
 		if (b->ids != NULL) {

@@ -346,6 +346,10 @@ void tq_dot_rows(const float *x, size_t ldx, size_t n, const float *a,
  */
 enum tq_status tq_encode_unpacked(const struct tq_quantizer *q,
     const float *x, size_t n, uint8_t *codes, float *factors);
+/* The same on up to `threads` threads (0: one a CPU); the same bytes. */
+enum tq_status tq_encode_unpacked_threads(const struct tq_quantizer *q,
+    const float *x, size_t n, unsigned threads, uint8_t *codes,
+    float *factors);
 
 /* Packs/unpacks one vector's codes for the row (stream) format. */
 void tq_pack_row(const struct tq_quantizer *q, const uint8_t *codes,

@@ -319,6 +319,13 @@ size_t tq_code_bytes(const struct tq_quantizer *q);
  */
 enum tq_status tq_encode(const struct tq_quantizer *q, const float *x,
     size_t n, uint8_t *codes, float *factors);
+/*
+ * tq_encode on up to `threads` threads (0: one a CPU), each a range of
+ * whole 32-vector blocks; the same bytes whatever the count.
+ */
+enum tq_status tq_encode_threads(const struct tq_quantizer *q,
+    const float *x, size_t n, unsigned threads, uint8_t *codes,
+    float *factors);
 /* Reconstructs approximate vectors from packed codes and factors. */
 enum tq_status tq_decode(const struct tq_quantizer *q, const uint8_t *codes,
     const float *factors, size_t n, float *out);

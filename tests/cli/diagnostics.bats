@@ -429,6 +429,9 @@ tqfile_cases() {
 	expect 2 '--dataset does not apply to --decode' \
 	    '--dataset does not apply to --decode' \
 	    tq-encode --decode -q q.tq --dataset test
+	expect 2 '--threads does not apply to --decode' \
+	    '--threads does not apply to --decode' \
+	    tq-encode --decode -q q.tq --threads 2
 	expect 2 "unexpected argument 'ARG'" "unexpected argument 'extra'" \
 	    tq-encode -q q.tq extra
 	all_seen tq-encode

@@ -131,3 +131,19 @@ setup() {
 	assert_fail1 tq-encode n.bin
 	assert_only_files . n.bin
 }
+
+@test "tq-encode --threads: the same stream for any count; usage" {
+	mkfix big.bin 32 5000 9 --clusters 5
+	"$TQ_BIN/tq-encode" -q "$F/q.tq" --threads 1 -i big.bin -o t1
+	local t
+	for t in 0 2 3 7; do
+		"$TQ_BIN/tq-encode" -q "$F/q.tq" --threads $t -i big.bin -o t$t
+		cmp t1 t$t
+	done
+	run --separate-stderr "$TQ_BIN/tq-encode" --decode --threads 2 -q "$F/q.tq" -i t1
+	assert_usage_error tq-encode
+	run --separate-stderr "$TQ_BIN/tq-encode" --threads 1025 -q "$F/q.tq" -i big.bin
+	assert_usage_error tq-encode
+	run --separate-stderr "$TQ_BIN/tq-encode" --threads x -q "$F/q.tq" -i big.bin
+	assert_usage_error tq-encode
+}
