@@ -539,11 +539,41 @@ dot_s32(__m256i s_s32x8, __m256i lev_u8x32, __m256i q_s8x32,
 	    _mm256_maddubs_epi16(lev_u8x32, q_s8x32), one_s16x16));
 }
 
+/*
+ * s + per dword the products of levels a and values p and of levels b and
+ * values r, the i16 pairs summed before widening: exact only where the
+ * caller has checked the values (DOT_PAIR_MAX).
+ */
+static inline __m256i
+dot2_s32(__m256i s_s32x8, __m256i a_u8x32, __m256i p_s8x32, __m256i b_u8x32,
+    __m256i r_s8x32, __m256i one_s16x16)
+{
+	return _mm256_add_epi32(s_s32x8, _mm256_madd_epi16(_mm256_add_epi16(
+	    _mm256_maddubs_epi16(a_u8x32, p_s8x32),
+	    _mm256_maddubs_epi16(b_u8x32, r_s8x32)), one_s16x16));
+}
+
 static inline void
 store_s32x8(uint32_t *p, __m256i v_s32x8)
 {
 	_mm256_storeu_si256((__m256i *)(void *)p, v_s32x8);
 }
+
+/*
+ * Two planes at a time (planes == 2): the products of both planes' levels
+ * for the same four fields, lev0 * q0 and lev1 * q1, are summed as i16
+ * (vpaddw) before one vpmaddwd, which takes a vpmaddwd off ports 0 and 1
+ * for every two vpmaddubsw; those ports bound the multi-query scan (two
+ * of them multiply, and vpmaddubsw and vpmaddwd both need them).  The i16
+ * sum of a word, four products, is exact only while 127 times the four
+ * |q8| values behind it is at most 32767, i.e. while they sum to at most
+ * DOT_PAIR_MAX; the bit of a group of four fields in `unsafe` (set for a
+ * query group if any of its queries exceeds that in either word) sends
+ * the group down the plane-by-plane path, so the sums stay exact for any
+ * q8.  A query's r8 is scaled to a largest |value| of 127, so at dim 1536
+ * nearly every group passes: four |values| sum to about 120 on average.
+ */
+#define DOT_PAIR_MAX 258
 
 /* Query i's sums of vectors 0..7, 8..15, 16..23 and 24..31. */
 #define KD_DECL(i)							\
@@ -559,6 +589,24 @@ store_s32x8(uint32_t *p, __m256i v_s32x8)
 			v8_##i = dot_s32(v8_##i, l8_u8x32, q, one);	\
 			v16_##i = dot_s32(v16_##i, l16_u8x32, q, one);	\
 			v24_##i = dot_s32(v24_##i, l24_u8x32, q, one);	\
+		}							\
+	} while (0)
+
+/* Both planes of four fields at once; see DOT_PAIR_MAX. */
+#define KD_PAIR(i)							\
+	do {								\
+		if ((i) < nq) {						\
+			const int8_t *qi = q8 + (i) * q8_stride + qo;	\
+			__m256i q0 = q8x4(qi), q1 = q8x4(qi + 4);	\
+									\
+			v0_##i = dot2_s32(v0_##i, a0_u8x32, q0, b0_u8x32, \
+			    q1, one);					\
+			v8_##i = dot2_s32(v8_##i, a8_u8x32, q0, b8_u8x32, \
+			    q1, one);					\
+			v16_##i = dot2_s32(v16_##i, a16_u8x32, q0,	\
+			    b16_u8x32, q1, one);			\
+			v24_##i = dot2_s32(v24_##i, a24_u8x32, q0,	\
+			    b24_u8x32, q1, one);			\
 		}							\
 	} while (0)
 
@@ -582,7 +630,7 @@ store_s32x8(uint32_t *p, __m256i v_s32x8)
 static inline __attribute__((always_inline)) void
 scand_block(const uint8_t *block, unsigned nfields, unsigned planes,
     const int8_t *q8, size_t q8_stride, unsigned nq, const __m256i *lev,
-    uint32_t *out, size_t acc_stride)
+    const uint64_t *unsafe, uint32_t *out, size_t acc_stride)
 {
 	const __m256i tr = load_u8x32(dot_tr4);
 	const __m256i low4 = _mm256_set1_epi8(0x0f);
@@ -617,6 +665,26 @@ scand_block(const uint8_t *block, unsigned nfields, unsigned planes,
 		    low4);
 		n24_u8x32 = _mm256_and_si256(_mm256_srli_epi16(hi_u8x32, 4),
 		    low4);
+		if (planes == 2 && unsafe != NULL &&
+		    (unsafe[f / 256] >> (f / 4 % 64) & 1) == 0) {
+			size_t qo = (size_t)f * 2;
+			__m256i a0_u8x32 = _mm256_shuffle_epi8(lev[0], n0_u8x32);
+			__m256i a8_u8x32 = _mm256_shuffle_epi8(lev[0], n8_u8x32);
+			__m256i a16_u8x32 = _mm256_shuffle_epi8(lev[0],
+			    n16_u8x32);
+			__m256i a24_u8x32 = _mm256_shuffle_epi8(lev[0],
+			    n24_u8x32);
+			__m256i b0_u8x32 = _mm256_shuffle_epi8(lev[1], n0_u8x32);
+			__m256i b8_u8x32 = _mm256_shuffle_epi8(lev[1], n8_u8x32);
+			__m256i b16_u8x32 = _mm256_shuffle_epi8(lev[1],
+			    n16_u8x32);
+			__m256i b24_u8x32 = _mm256_shuffle_epi8(lev[1],
+			    n24_u8x32);
+
+			KD_PAIR(0); KD_PAIR(1); KD_PAIR(2); KD_PAIR(3);
+			KD_PAIR(4); KD_PAIR(5); KD_PAIR(6); KD_PAIR(7);
+			continue;
+		}
 		for (t = 0; t < planes; t++) {
 			size_t qo = (size_t)f * planes + 4 * t;
 			__m256i l0_u8x32 = _mm256_shuffle_epi8(lev[t],
@@ -638,20 +706,26 @@ scand_block(const uint8_t *block, unsigned nfields, unsigned planes,
 
 #undef KD_DECL
 #undef KD_STEP
+#undef KD_PAIR
 #undef KD_STORE
 
-/* One group size, for which scand_block is inlined with nq fixed. */
+/*
+ * One group size, for which scand_block is inlined with nq fixed.  Two or
+ * three queries ran 5-10% slower with both planes at once (hot, in L2),
+ * so they always go plane by plane: a constant NULL drops the pair path.
+ */
 #define DOT_CASE(n)							\
 	case n:								\
 		scand_block(block, nfields, planes, q8, q8_stride, n,	\
-		    lev, out, acc_stride);				\
+		    lev, n == 2 || n == 3 ? NULL : unsafe, out,	\
+		    acc_stride);					\
 		break
 
 /* One group of up to DOT_MAX queries, inlined with planes constant. */
 static inline __attribute__((always_inline)) void
 scand_group(const uint8_t *block, unsigned nfields, unsigned planes,
     const int8_t *q8, size_t q8_stride, unsigned g, const __m256i *lev,
-    uint32_t *out, size_t acc_stride)
+    const uint64_t *unsafe, uint32_t *out, size_t acc_stride)
 {
 	switch (g) {
 	DOT_CASE(1);
@@ -663,8 +737,79 @@ scand_group(const uint8_t *block, unsigned nfields, unsigned planes,
 	DOT_CASE(7);
 	default:
 		scand_block(block, nfields, planes, q8, q8_stride, DOT_MAX,
-		    lev, out, acc_stride);
+		    lev, unsafe, out, acc_stride);
 		break;
+	}
+}
+
+/*
+ * Words of `unsafe` bits (DOT_PAIR_MAX) for all the query groups of one
+ * pass over the blocks, one bit per group of four fields, each query
+ * group's bits starting a word: 8192 groups, 32768 2-bit fields, for one
+ * query group; a wider scan runs plane by plane throughout.
+ */
+#define DOT_UNSAFE_WORDS 128u
+
+/*
+ * Sets bit g of u (ngroups bits, rounded up to words) if any of nq queries
+ * has, in group g of four fields, four |values| behind one i16 word of
+ * dot2_s32 that sum to more than DOT_PAIR_MAX.  A group's eight values
+ * are plane 0's four, then plane 1's; vpmaddubsw by ones sums adjacent
+ * pairs (|-128| is 128 as u8), and the word four bytes on holds the
+ * matching pair of the other plane.  The 32-byte loads stay within the
+ * row: it holds 2 * nfields rounded up to TQ_DOT_PAD values.
+ */
+static void
+dot_unsafe(const int8_t *q8, size_t q8_stride, unsigned nq, unsigned ngroups,
+    uint64_t *u)
+{
+	const __m256i one_s8x32 = _mm256_set1_epi8(1);
+	const __m256i max_s16x16 = _mm256_set1_epi16(DOT_PAIR_MAX);
+	unsigned g, i, k;
+
+	memset(u, 0, (ngroups + 63) / 64 * sizeof(*u));
+	for (i = 0; i < nq; i++) {
+		const int8_t *qi = q8 + i * q8_stride;
+
+		for (g = 0; g < ngroups; g += 4) {
+			__m256i a_u8x32 = _mm256_abs_epi8(load_u8x32(
+			    (const uint8_t *)(const void *)(qi + 8 * g)));
+			__m256i w_s16x16 = _mm256_maddubs_epi16(a_u8x32,
+			    one_s8x32);
+			__m256i s_s16x16 = _mm256_add_epi16(w_s16x16,
+			    _mm256_srli_epi64(w_s16x16, 32));
+			uint32_t m = (uint32_t)_mm256_movemask_epi8(
+			    _mm256_cmpgt_epi16(s_s16x16, max_s16x16));
+
+			/* Group g + k: bytes 0..3 of qword k. */
+			for (k = 0; k < 4; k++)
+				if ((m >> (8 * k) & 0x0f) != 0)
+					u[(g + k) / 64] |= (uint64_t)1 <<
+					    ((g + k) % 64);
+		}
+	}
+}
+
+/* The blocks for queries [0, nq) through scand_group, planes constant. */
+static inline __attribute__((always_inline)) void
+scand_blocks(const uint8_t *blocks, size_t nblocks, size_t block_bytes,
+    unsigned nfields, unsigned planes, const int8_t *q8, size_t q8_stride,
+    unsigned nq, const __m256i *lev, const uint64_t *unsafe, unsigned nw,
+    uint32_t *acc, size_t acc_stride)
+{
+	size_t b;
+	unsigned j, g;
+
+	for (b = 0; b < nblocks; b++) {
+		const uint8_t *block = blocks + b * block_bytes;
+
+		for (j = 0; j < nq; j += g) {
+			g = nq - j < DOT_MAX ? nq - j : DOT_MAX;
+			scand_group(block, nfields, planes, q8 + j * q8_stride,
+			    q8_stride, g, lev, unsafe != NULL ? unsafe +
+			    j / DOT_MAX * nw : NULL, acc + j * acc_stride +
+			    b * TQ_BLOCK, acc_stride);
+		}
 	}
 }
 
@@ -673,32 +818,36 @@ tq_scand_avx2(const uint8_t *blocks, size_t nblocks, size_t block_bytes,
     unsigned nfields, unsigned planes, const int8_t *q8, size_t q8_stride,
     unsigned nq, const uint8_t *lev, uint32_t *acc, size_t acc_stride)
 {
+	uint64_t unsafe[DOT_UNSAFE_WORDS];
+	unsigned ngroups = (nfields + 3) / 4, nw = (ngroups + 63) / 64;
+	unsigned j0, n, k, per;
 	__m256i lv[4];
-	size_t b;
-	unsigned j, g, t;
 
-	for (t = 0; t < 4; t++)
-		lv[t] = _mm256_broadcastsi128_si256(_mm_loadu_si128(
+	for (k = 0; k < 4; k++)
+		lv[k] = _mm256_broadcastsi128_si256(_mm_loadu_si128(
 		    (const __m128i *)(const void *)(lev + 16 *
-		    (t < planes ? t : 0))));
-	for (b = 0; b < nblocks; b++) {
-		const uint8_t *block = blocks + b * block_bytes;
-
-		for (j = 0; j < nq; j += g) {
-			const int8_t *qj = q8 + j * q8_stride;
-			uint32_t *out = acc + j * acc_stride + b * TQ_BLOCK;
-
-			g = nq - j < DOT_MAX ? nq - j : DOT_MAX;
-			if (planes == 1)
-				scand_group(block, nfields, 1, qj, q8_stride,
-				    g, lv, out, acc_stride);
-			else if (planes == 2)
-				scand_group(block, nfields, 2, qj, q8_stride,
-				    g, lv, out, acc_stride);
-			else
-				scand_group(block, nfields, 4, qj, q8_stride,
-				    g, lv, out, acc_stride);
-		}
+		    (k < planes ? k : 0))));
+	if (planes == 1) {
+		scand_blocks(blocks, nblocks, block_bytes, nfields, 1, q8,
+		    q8_stride, nq, lv, NULL, 0, acc, acc_stride);
+		return;
+	}
+	if (planes == 4 || nw > DOT_UNSAFE_WORDS) {
+		scand_blocks(blocks, nblocks, block_bytes, nfields, planes,
+		    q8, q8_stride, nq, lv, NULL, 0, acc, acc_stride);
+		return;
+	}
+	/* Two planes: as many query groups a pass as their bits allow. */
+	per = DOT_UNSAFE_WORDS / nw * DOT_MAX;
+	for (j0 = 0; j0 < nq; j0 += n) {
+		n = nq - j0 < per ? nq - j0 : per;
+		for (k = 0; k < n; k += DOT_MAX)
+			dot_unsafe(q8 + (j0 + k) * q8_stride, q8_stride,
+			    n - k < DOT_MAX ? n - k : DOT_MAX, ngroups,
+			    unsafe + k / DOT_MAX * nw);
+		scand_blocks(blocks, nblocks, block_bytes, nfields, 2,
+		    q8 + j0 * q8_stride, q8_stride, n, lv, unsafe, nw,
+		    acc + j0 * acc_stride, acc_stride);
 	}
 }
 

@@ -259,7 +259,9 @@ dirty_stack(void)
  * register kernels and the AMX tiles of 16 with every remainder; q8 rows
  * padded as the search pads them, at the padded width and at a wider
  * stride; query values random, all +127 and all -127 (the largest sums
- * either way), levels random and all 127.  Every query's sums must equal
+ * either way), small (|value| <= 64, as a search's mostly are, where
+ * AVX2 sums two planes as i16) and of |value| 64 to 66 (four of them
+ * either side of its limit, DOT_PAIR_MAX), levels random and all 127.  Every query's sums must equal
  * the oracle's and the gap after them stay untouched.  Wide fields with
  * several planes run for fewer query counts, to keep the test quick.
  */
@@ -311,6 +313,10 @@ test_dot_form(void)
 					for (size_t f = 0; f < nf * np; f++)
 						q8[j * qs + f] = (int8_t)(j % 5 ==
 						    1 ? 127 : j % 5 == 2 ? -127 :
+						    j % 5 == 3 ? (int)(rnd() %
+						    129) - 64 : j % 5 == 4 ?
+						    (rnd() % 2 ? 1 : -1) * (int)(64 +
+						    rnd() % 3) :
 						    (int)(rnd() % 255) - 127);
 				memset(want, 0x5a, nq * stride * 4);
 				tq_scand_scalar(codes, nb, bb, nf, np, q8, qs, nq,
