@@ -147,3 +147,9 @@ man_synopsis() {
 	    awk '/^SYNOPSIS/ { on = 1; next } /^[A-Z]/ { on = 0 } on' |
 	    tr -s ' \t\n' ' ' | sed 's/^ //; s/ $//'
 }
+
+# The ids 0 .. n-1 not listed in the file del, ascending, one a line.
+kept_ids() {
+	local n=$1 del=$2
+	seq 0 $((n - 1)) | sort | comm -23 - <(sort "$del") | sort -n
+}

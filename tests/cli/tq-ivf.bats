@@ -223,8 +223,7 @@ print([s["offset"] for s in d["sections"] if s["tag"] == "LIST"][0])')
 	# every seventh row of a stretch, and the last row.
 	{ echo 0; seq 31 33; seq 4000 4999; seq 9001 7 15000; echo 17999; } >del.ids
 	"$TQ_BIN/tq-build" --delete del.ids a.tqi
-	sort del.ids >del.sorted
-	seq 0 17999 | sort | comm -23 - del.sorted | sort -n >kept.ids
+	kept_ids 18000 del.ids >kept.ids
 	tq rows old.bin kept.bin @kept.ids
 	"$TQ_BIN/tq-build" -q "$F/ivf.tqq" --originals f16 --ids kept.ids -o want.tqi kept.bin
 	"$TQ_BIN/tq-build" --compact -o c.tqi a.tqi

@@ -211,8 +211,7 @@ PY
 	cmp a0.tqi want0.tqi
 	{ echo 0; seq 31 33; seq 1000 1999; seq 4001 7 8000; echo 8999; } >del.ids
 	"$TQ_BIN/tq-build" --delete del.ids a.tqi
-	sort del.ids >del.sorted
-	seq 0 8999 | sort | comm -23 - del.sorted | sort -n >kept.ids
+	kept_ids 9000 del.ids >kept.ids
 	tq rows old.bin kept.bin @kept.ids
 	"$TQ_BIN/tq-build" -q "$F/q.tqq" --originals f16 --ids kept.ids -o want.tqi kept.bin
 	"$TQ_BIN/tq-build" --compact -o c.tqi a.tqi
