@@ -24,7 +24,7 @@ static const struct option longopts[] = {
 	{ NULL,		0,			NULL, 0 }
 };
 
-/* Vectors read and encoded at once: 32 blocks a thread on two threads. */
+/* Vectors read at once: 64 blocks, split between the threads. */
 #define CHUNK 2048
 
 static struct tq_writer *writer;	/* aborted if we exit before commit */
@@ -228,10 +228,6 @@ main(int argc, char *argv[])
 		case OPT_DECODE:
 			dec = 1;
 			break;
-		case OPT_THREADS:
-			threads = parse_u32(optarg, 0, 1024, "threads");
-			topt = 1;
-			break;
 		case OPT_FORMAT:
 			format = optarg;
 			if (strcmp(optarg, "fixture") == 0)
@@ -241,6 +237,10 @@ main(int argc, char *argv[])
 			else
 				usage_error("format '%s' is not one of fixture, "
 				    "fvecs", optarg);
+			break;
+		case OPT_THREADS:
+			threads = parse_u32(optarg, 0, 1024, "threads");
+			topt = 1;
 			break;
 		default:
 			usage_exit();

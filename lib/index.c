@@ -605,9 +605,10 @@ row_dead(const struct tq_index *ix, uint64_t r)
 
 /*
  * Rows [r, r + len) of old (live) into rows [at, at + len) of the chunk's
- * blocks (ivf_emit).  The codes move a block at a time, shifted to their
- * new offset mod 32, not unpacked and packed again row by row (an eighth
- * of an IVF append was that).
+ * blocks (ivf_emit, and the whole chunks of a flat append).  The codes
+ * move a block at a time, shifted to their new offset mod 32, not
+ * unpacked and packed again row by row (an eighth of an IVF append was
+ * that).
  */
 static void
 old_rows_to_chunk(struct build *b, const struct tq_index *ix, uint64_t r,
