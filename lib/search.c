@@ -457,7 +457,7 @@ struct worker {
 	uint32_t kc;		/* candidates per query */
 	struct rc *rcs;		/* a tile's candidates (refine_tile) */
 	float *rkey;		/* their refined keys, kc per query */
-	uint8_t *codes;		/* dim unpacked codes, for refinement */
+	uint8_t *codes;		/* dim unpacked codes: 3-bit refinement */
 	float *row;		/* dim floats: an original being re-ranked */
 	struct hit *hits;	/* range search candidates, growable */
 	size_t nhits, caphits;
@@ -1320,8 +1320,7 @@ scratch_alloc(struct scratch *s, const struct tq_quantizer *q, unsigned nw,
 		struct worker *w = &s->w[t];
 
 		w->acc = aligned_alloc(64, ACC_SUMS * sizeof(*w->acc));
-		w->codes = malloc(q->dim > REFINE_ROWS * q->nfields ? q->dim :
-		    REFINE_ROWS * q->nfields);
+		w->codes = malloc(q->dim);
 		w->row = tq_mallocarray(q->dim, sizeof(*w->row));
 		w->segs = tq_mallocarray(nseg, sizeof(*w->segs));
 		if (w->acc == NULL || w->codes == NULL || w->row == NULL ||
