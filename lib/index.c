@@ -603,6 +603,17 @@ row_dead(const struct tq_index *ix, uint64_t r)
 	return ix->tomb != NULL && (ix->tomb[r / 8] >> (r % 8) & 1) != 0;
 }
 
+/* The live rows among rows [r0, r1) of ix. */
+static uint64_t
+live_between(const struct tq_index *ix, uint64_t r0, uint64_t r1)
+{
+	uint64_t n = r1 - r0;
+
+	for (uint64_t r = r0; ix->tomb != NULL && r < r1; r++)
+		n -= (uint64_t)row_dead(ix, r);
+	return n;
+}
+
 /*
  * Rows [r, r + len) of old (live) into rows [at, at + len) of the chunk's
  * blocks (ivf_emit, and the whole chunks of a flat append).  The codes
@@ -1278,11 +1289,12 @@ done:
 
 
 /*
- * The live rows of ix, then the rows of src (if any), through the chunk
- * buffers of b: old rows are unpacked from their blocks and re-packed with
- * the new ones, so blocks stay full and the bytes equal a fresh build's.
- * In an IVF index they reach their lists through the spill, or, with no
- * deleted rows, straight from ix when the lists are written (ivf_emit).
+ * The live rows of ix, then the rows of src (if any), so that the bytes
+ * equal a fresh build's.  Old rows move by runs of live rows, a block at
+ * a time (old_rows_to_chunk): in an IVF index ahead of each list's new
+ * rows when the lists are written (ivf_emit), in a flat one a whole chunk
+ * at a time, the last part chunk through the row buffers with the first
+ * new rows.
  */
 static enum tq_status
 append_run(struct build *b, const struct tq_index *ix, struct source *src,
@@ -1336,13 +1348,9 @@ append_run(struct build *b, const struct tq_index *ix, struct source *src,
 		if (b->ocount == NULL || b->ooff == NULL)
 			return tq_fail(TQ_ERR_NOMEM, "out of memory");
 		for (uint32_t l = 0; l < nl; l++) {
-			uint64_t e = tq_list_off(ix, l + 1);
-
 			b->ooff[l] = tq_list_off(ix, l);
-			b->ocount[l] = e - b->ooff[l];
-			for (uint64_t r = b->ooff[l]; ix->live < ix->n && r < e;
-			    r++)
-				b->ocount[l] -= (uint64_t)row_dead(ix, r);
+			b->ocount[l] = live_between(ix, b->ooff[l],
+			    tq_list_off(ix, l + 1));
 			b->count[l] += b->ocount[l];
 		}
 		b->srows += ix->live;
