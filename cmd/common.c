@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <libgen.h>
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
@@ -668,4 +669,48 @@ shard_select(const char *corpus, struct tq_reader *r, const char *idspath,
 		st = tq_ids_sequence(first, count, ids);
 	if (st != TQ_OK)
 		die_status(st, idspath != NULL ? in_name(idspath) : NULL);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Checks before work                                                        */
+
+void
+check_output(const char *path)
+{
+	struct stat st;
+	char *copy, *dir;
+
+	if (strcmp(path, "-") == 0)
+		return;
+	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+		die("%s: is a directory", path);
+	if ((copy = strdup(path)) == NULL)
+		die("out of memory");
+	dir = dirname(copy);
+	if (stat(dir, &st) != 0)
+		die("%s: cannot write there: %s: %s", path, dir,
+		    strerror(errno));
+	if (!S_ISDIR(st.st_mode))
+		die("%s: cannot write there: %s is not a directory", path, dir);
+	/* The output is a temporary file in dir, renamed over path. */
+	if (access(dir, W_OK | X_OK) != 0)
+		die("%s: cannot write there: %s: %s", path, dir,
+		    strerror(errno));
+	free(copy);
+}
+
+static void
+say_waiting(const char *path, void *arg)
+{
+	(void)arg;
+	if (isatty(STDERR_FILENO))
+		fprintf(stderr, "%s: %s: waiting for another writer to "
+		    "finish\n", progname(), path);
+}
+
+void
+wait_politely(struct tq_build_params *bp)
+{
+	bp->on_wait = say_waiting;
+	bp->wait_arg = NULL;
 }

@@ -105,6 +105,15 @@ void finish_stdout(void);
  */
 void at_cleanup(void (*fn)(void *, int in_signal), void *arg);
 
+/*
+ * Checks before any work that an output path can be written: not a
+ * directory, its directory exists and may be written (the output goes to
+ * a temporary file there first).  Exit 1 naming the path otherwise.
+ */
+void check_output(const char *path);
+/* Writers of an index: say once on a terminal when waiting for its lock. */
+void wait_politely(struct tq_build_params *bp);
+
 /* JSON string (quoted, escaped) to fp. */
 void json_string(FILE *fp, const char *s);
 

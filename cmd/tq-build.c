@@ -11,15 +11,16 @@ static const char usage_str[] =
     "                [--lists n|auto]] [--ids file] [--originals f32|f16|none]\n"
     "                [--threads n] [--memory MiB] [--dups m] [--dup-ratio r]\n"
     "                [--dataset name] [--shard i/n] [-v] -o index corpus\n"
-    "       tq-build --append [--ids file] [--threads n] [--memory MiB]\n"
+    "       tq-build --append [--ids file [--replace]] [--threads n]\n"
+    "                [--memory MiB] [--max-segments n] [--no-wait]\n"
     "                [--dataset name] [-v] [-o output] index corpus\n"
-    "       tq-build --delete ids [-v] [-o output] index\n"
-    "       tq-build --compact [--threads n] [--memory MiB] [-v] [-o output]\n"
-    "                index";
+    "       tq-build --delete ids [--no-wait] [-v] [-o output] index\n"
+    "       tq-build --compact [--threads n] [--memory MiB] [--no-wait] [-v]\n"
+    "                [-o output] index";
 
 enum { OPT_APPEND = 256, OPT_COMPACT, OPT_DATASET, OPT_DELETE, OPT_DUP_RATIO,
-    OPT_DUPS, OPT_IDS, OPT_LISTS, OPT_MEMORY, OPT_NO_CENTRE, OPT_ORIGINALS,
-    OPT_SHARD, OPT_THREADS };
+    OPT_DUPS, OPT_IDS, OPT_LISTS, OPT_MAX_SEGMENTS, OPT_MEMORY, OPT_NO_CENTRE,
+    OPT_NO_WAIT, OPT_ORIGINALS, OPT_REPLACE, OPT_SHARD, OPT_THREADS };
 
 static const struct option longopts[] = {
 	{ "append",	no_argument,		NULL, OPT_APPEND },
@@ -31,9 +32,12 @@ static const struct option longopts[] = {
 	{ "help",	no_argument,		NULL, 'h' },
 	{ "ids",	required_argument,	NULL, OPT_IDS },
 	{ "lists",	required_argument,	NULL, OPT_LISTS },
+	{ "max-segments", required_argument,	NULL, OPT_MAX_SEGMENTS },
 	{ "memory",	required_argument,	NULL, OPT_MEMORY },
 	{ "no-centre",	no_argument,		NULL, OPT_NO_CENTRE },
+	{ "no-wait",	no_argument,		NULL, OPT_NO_WAIT },
 	{ "originals",	required_argument,	NULL, OPT_ORIGINALS },
+	{ "replace",	no_argument,		NULL, OPT_REPLACE },
 	{ "shard",	required_argument,	NULL, OPT_SHARD },
 	{ "threads",	required_argument,	NULL, OPT_THREADS },
 	{ "verbose",	no_argument,		NULL, 'v' },
@@ -80,8 +84,11 @@ blame(enum tq_status st, const char *corpus, const char *ids, const char *out)
 	const char *d = tq_errdetail();
 	size_t i;
 
-	if (ids != NULL && strncmp(d, "the ids file", 12) == 0)
+	if (ids != NULL && (strncmp(d, "the ids file", 12) == 0 ||
+	    st == TQ_ERR_DUPLICATE))
 		return ids;
+	if (st == TQ_ERR_BUSY || strncmp(d, "lock", 4) == 0)
+		return out;
 	if (st == TQ_ERR_IO || st == TQ_ERR_OVERFLOW)
 		for (i = 0; i < sizeof(outputs) / sizeof(outputs[0]); i++)
 			if (strncmp(d, outputs[i], strlen(outputs[i])) == 0)
@@ -130,6 +137,7 @@ mutate(int mode, const char *delpath, const char *idspath,
 	}
 	if (out == NULL)
 		out = ixpath;
+	check_output(out);
 	/*
 	 * Open the index once first, so that damage to it is reported naming
 	 * it rather than the corpus or the output the library also handles.
@@ -142,7 +150,7 @@ mutate(int mode, const char *delpath, const char *idspath,
 		size_t n;
 
 		ids = read_all_ids(delpath, &n);
-		st = tq_index_delete(ixpath, ids, n, out, &deleted);
+		st = tq_index_delete(ixpath, ids, n, bp, out, &deleted);
 		free(ids);
 		if (st != TQ_OK)
 			die_status(st, st == TQ_ERR_CHECKSUM ? ixpath :
@@ -293,6 +301,16 @@ main(int argc, char *argv[])
 			    parse_u32(optarg, 1, TQ_MAX_LISTS, "lists");
 			fitopt = 1;
 			break;
+		case OPT_MAX_SEGMENTS:
+			bp.max_segments = parse_u32(optarg, 1,
+			    TQ_MAX_SEGMENTS_LIMIT, "max-segments");
+			break;
+		case OPT_NO_WAIT:
+			bp.no_wait = 1;
+			break;
+		case OPT_REPLACE:
+			bp.replace = 1;
+			break;
 		case OPT_MEMORY:
 			bp.memory = parse_u64(optarg, 1, UINT64_MAX >> 20,
 			    "memory") << 20;
@@ -325,6 +343,11 @@ main(int argc, char *argv[])
 	}
 	argc -= optind;
 	argv += optind;
+	wait_politely(&bp);
+	if (bp.replace && (mode != OPT_APPEND || idspath == NULL))
+		usage_error("--replace goes with --append and --ids");
+	if (bp.max_segments != 0 && mode != OPT_APPEND)
+		usage_error("--max-segments goes with --append");
 	if (nmodes > 1)
 		usage_error("only one of --append, --delete and --compact");
 	if (nshards > 0 && mode != 0)
@@ -355,6 +378,7 @@ main(int argc, char *argv[])
 	if (argc > 1)
 		usage_error("unexpected argument '%s'", argv[1]);
 	corpus = argv[0];
+	check_output(out);
 
 	t0 = now_seconds();
 	if ((st = tq_reader_open(corpus, dataset, &r)) != TQ_OK)

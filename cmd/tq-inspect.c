@@ -49,6 +49,9 @@ print_text(const struct tq_file_info *fi, int verified)
 		printf("lists %u\n", (unsigned)fi->lists);
 	if (fi->kind == TQ_FILE_INDEX) {
 		printf("vectors %llu\n", (unsigned long long)fi->count);
+		printf("segments %u\n", (unsigned)fi->segments);
+		if (fi->commit > 0)
+			printf("commit %llu\n", (unsigned long long)fi->commit);
 		if (fi->live < fi->count)
 			printf("live %llu\n", (unsigned long long)fi->live);
 		if (fi->dups > 1)
@@ -60,12 +63,16 @@ print_text(const struct tq_file_info *fi, int verified)
 		    fi->original_bytes_per_vector);
 	}
 	printf("sections:\n");
-	for (i = 0; i < ns; i++)
-		printf("  %-4s  offset %llu  length %llu  xxh64 %016llx\n",
+	for (i = 0; i < ns; i++) {
+		printf("  %-4s  offset %llu  length %llu  xxh64 %016llx",
 		    fi->sections[i].tag,
 		    (unsigned long long)fi->sections[i].offset,
 		    (unsigned long long)fi->sections[i].length,
 		    (unsigned long long)fi->sections[i].checksum);
+		if (fi->sections[i].part > 0)
+			printf("  segment %u", fi->sections[i].part - 1);
+		printf("\n");
+	}
 	if (fi->nsections > ns)
 		printf("  ... %u more\n", fi->nsections - ns);
 	if (verified)
@@ -99,6 +106,9 @@ print_json(const char *path, const struct tq_file_info *fi, int verified)
 		    (unsigned long long)fi->count,
 		    originals_name(fi->originals), fi->bytes_per_vector,
 		    fi->original_bytes_per_vector);
+	if (fi->kind == TQ_FILE_INDEX)
+		printf(",\"segments\":%u,\"commit\":%llu",
+		    (unsigned)fi->segments, (unsigned long long)fi->commit);
 	if (fi->kind == TQ_FILE_INDEX && fi->live < fi->count)
 		printf(",\"live\":%llu", (unsigned long long)fi->live);
 	if (fi->kind == TQ_FILE_INDEX && fi->dups > 1)
@@ -108,10 +118,13 @@ print_json(const char *path, const struct tq_file_info *fi, int verified)
 	for (i = 0; i < ns; i++) {
 		printf("%s{\"tag\":", i ? "," : "");
 		json_string(stdout, fi->sections[i].tag);
-		printf(",\"offset\":%llu,\"length\":%llu,\"xxh64\":\"%016llx\"}",
+		printf(",\"offset\":%llu,\"length\":%llu,\"xxh64\":\"%016llx\"",
 		    (unsigned long long)fi->sections[i].offset,
 		    (unsigned long long)fi->sections[i].length,
 		    (unsigned long long)fi->sections[i].checksum);
+		if (fi->sections[i].part > 0)
+			printf(",\"segment\":%u", fi->sections[i].part - 1);
+		printf("}");
 	}
 	printf("]");
 	if (verified)

@@ -143,11 +143,43 @@ unsigned tq_ncpu(void);
  *   must end within the file.
  */
 #define TQ_MAGIC "\x89TQF\r\n\x1a\n"
-#define TQ_FORMAT_VERSION 1u
+#define TQ_FORMAT_VERSION 2u
 #define TQ_HEADER_SIZE 64u
 #define TQ_SECTION_ENTRY 32u
 #define TQ_MAX_SECTIONS 64u
 #define TQ_ALIGN 64u
+
+/*
+ * Version 2 (index files; commit.c has the invariants).  The first 4096
+ * bytes are the superblock:
+ *
+ *     0  u8[8]  magic          8 u32 version (2)     12 u32 kind (2)
+ *    16  u32    0             20 u32 superblock size (4096)
+ *    24 .. 55   reserved, 0   56 u64 XXH64 of bytes 0..55
+ *
+ * and two commit slots of 64 bytes, at 1024 and 2048:
+ *
+ *     0  u64    sequence number (>= 1; 0: the slot is empty)
+ *     8  u64    offset of the section table (a multiple of 64, >= 4096)
+ *    16  u32    number of sections (1 .. TQ_MAX_SECTIONS_V2)
+ *    20  u32    0
+ *    24  u64    XXH64 of the section table
+ *    32  u64    committed size: no section or table ends past it
+ *    40 .. 55   reserved, 0
+ *    56  u64    XXH64 of slot bytes 0..55
+ *
+ * Commit s is written to slot (s - 1) % 2.  The current commit is the
+ * valid slot with the larger sequence number.  Table entries are as in
+ * version 1 except that bytes 4..7 hold the part: 0 for a section of the
+ * whole index, s + 1 for one of segment s.
+ */
+#define TQ_FORMAT_V1 1u
+#define TQ_SUPER_SIZE 4096u
+#define TQ_SLOT_SIZE 64u
+#define TQ_SLOT0 1024u
+#define TQ_SLOT1 2048u
+#define TQ_MAX_SECTIONS_V2 65536u
+#define TQ_MAX_SEGMENTS TQ_MAX_SEGMENTS_LIMIT
 
 #define TQ_TAG(a, b, c, d) \
 	((uint32_t)(a) | (uint32_t)(b) << 8 | (uint32_t)(c) << 16 | \
@@ -391,22 +423,33 @@ enum tq_status tq_quantizer_write_sections(const struct tq_quantizer *q,
 /* ------------------------------------------------------------------------ */
 /* Container files (format.c)                                                */
 
-/* A validated, read-only mapping of a tq file. */
+/*
+ * A validated, read-only mapping of a tq file: for version 2, of its
+ * current commit (the sections that commit's table lists).
+ */
 struct tq_file {
 	const uint8_t *base;
-	size_t size;
+	size_t size;		/* bytes mapped */
 	uint32_t version;
 	enum tq_file_kind kind;
 	uint32_t nsections;
-	struct tq_section_info sec[TQ_MAX_SECTIONS];
+	struct tq_section_info *sec;	/* nsections, malloc'd */
+	uint64_t seq;		/* version 2: the commit's number (v1: 0) */
+	uint64_t end;		/* bytes the commit covers (v1: the size) */
+	uint64_t table;		/* version 2: offset of the commit's table */
 };
 
 /* Maps and validates header, table and section bounds. */
 enum tq_status tq_file_map(const char *path, struct tq_file *f);
+/* The same on an open descriptor (not closed; the mapping outlives it). */
+enum tq_status tq_file_map_fd(int fd, struct tq_file *f);
 void tq_file_unmap(struct tq_file *f);
-/* Finds a section; returns its payload or NULL (and *len = 0). */
+/* Finds a section of the whole index (part 0); NULL (and *len = 0) if none. */
 const uint8_t *tq_file_section(const struct tq_file *f, uint32_t tag,
     uint64_t *len);
+/* Finds section `tag` of part `part` (0 whole index, s + 1 segment s). */
+const uint8_t *tq_file_part(const struct tq_file *f, uint32_t part,
+    uint32_t tag, uint64_t *len);
 /*
  * Builds a quantizer whose arrays point into the mapping (borrowed) after
  * checking QPAR, ROTM, CBOK and CENT.  With copy != 0 the arrays are
@@ -438,6 +481,21 @@ enum tq_status tq_fw_put(struct tq_filewriter *fw, unsigned slot,
     const void *p, size_t n);
 enum tq_status tq_fw_commit(struct tq_filewriter *fw);
 void tq_fw_abort(struct tq_filewriter *fw);
+/* Sections begun or reserved from now on belong to `part` (version 2). */
+void tq_fw_set_part(struct tq_filewriter *fw, uint32_t part);
+
+/*
+ * A commit onto an existing version 2 index (commit.c): new sections are
+ * written past cur->end on fd (open for writing, locked by the caller);
+ * tq_fw_keep carries an entry of the current table into the new one.
+ * tq_fw_commit then writes the table, syncs, and writes the next slot:
+ * until that write the current commit stays the current one.  Neither
+ * closes fd.  An abort truncates fd back to cur->end.
+ */
+enum tq_status tq_fw_open_commit(int fd, const struct tq_file *cur,
+    struct tq_filewriter **out);
+enum tq_status tq_fw_keep(struct tq_filewriter *fw,
+    const struct tq_section_info *s);
 
 /*
  * Creates "<dir>/.<base>.tmp.XXXXXX" beside path (mode 0600); returns the
@@ -454,29 +512,64 @@ int tq_path_is_special(const char *path);
 /* ------------------------------------------------------------------------ */
 /* Index internals                                                           */
 
-struct tq_index {
-	struct tq_file file;
-	struct tq_quantizer *q;		/* borrowed arrays into file */
-	uint64_t n;
-	uint64_t nblocks;
-	size_t block_bytes;
-	enum tq_originals originals;
+/*
+ * One segment of an index: what one build or append wrote.  Its rows are
+ * rows row0 .. row0 + n - 1 of the index's row space, and its blocks the
+ * blocks block0 .. block0 + nblocks - 1: every segment starts on a block
+ * boundary (row0 = 32 block0), so the rows past n in its last block are
+ * padding that no scan returns.  Row r of the row space is row r - row0
+ * of its segment.
+ */
+struct tq_part {
+	uint64_t row0, block0;
+	uint64_t n, nblocks;
 	const uint8_t *codes;		/* nblocks * block_bytes */
 	const float *factors;		/* nblocks * 32 * 3 (aligned, LE host) */
 	const uint8_t *ids;		/* n * 8, little-endian */
-	const uint8_t *orig;		/* n * dim * (4 or 2) */
+	const uint8_t *orig;		/* n * dim * (4 or 2), or NULL */
 	const uint8_t *tomb;		/* ceil(n/8) bytes, or NULL */
+	const uint8_t *list;		/* IVF: nlist + 1 u64 local offsets */
 	uint64_t live;			/* rows not deleted */
-	const uint8_t *list;		/* IVF: nlist + 1 u64 row offsets */
+};
+
+struct tq_index {
+	struct tq_file file;
+	struct tq_quantizer *q;		/* borrowed arrays into file */
+	uint64_t n;			/* rows of all segments */
+	uint64_t nblocks;		/* blocks of all segments: the row
+					   space is 32 * nblocks rows */
+	size_t block_bytes;
+	enum tq_originals originals;
+	uint64_t live;			/* rows not deleted */
 	uint32_t nlist;			/* 0: flat */
 	uint32_t dups;			/* IVF: copies of a vector, 0 = 1 */
 	float dup_ratio;
+	uint64_t next_id;		/* one more than the largest id stored */
+	uint32_t nparts;		/* segments, >= 1 */
+	struct tq_part *parts;		/* malloc'd */
 };
 
-/* IVF: the first row of list L (L <= nlist; L = nlist gives n). */
-static inline uint64_t tq_list_off(const struct tq_index *ix, uint32_t l)
+/* The segment that holds row r of the row space (r < 32 nblocks). */
+static inline const struct tq_part *
+tq_part_of_row(const struct tq_index *ix, uint64_t r)
 {
-	return rd_le64(ix->list + 8 * (size_t)l);
+	uint32_t lo = 0, hi = ix->nparts;
+
+	while (hi - lo > 1) {
+		uint32_t mid = lo + (hi - lo) / 2;
+
+		if (ix->parts[mid].row0 <= r)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return &ix->parts[lo];
+}
+
+/* IVF: the first row of list L of segment p (L = nlist gives p->n). */
+static inline uint64_t tq_list_off(const struct tq_part *p, uint32_t l)
+{
+	return rd_le64(p->list + 8 * (size_t)l);
 }
 
 /* An allow-list: bit j of word b = row 32 b + j allowed (and live). */
@@ -486,22 +579,38 @@ struct tq_filter {
 	uint64_t count;
 };
 
-/* Bit j of the result: row 32 b + j is deleted. */
+/* Bit j of the result: row 32 b + j of segment p (local b) is deleted. */
 static inline uint32_t
-tq_tomb_word(const struct tq_index *ix, uint64_t b)
+tq_tomb_word(const struct tq_part *p, uint64_t b)
 {
-	uint64_t len = (ix->n + 7) / 8, at = 4 * b;
+	uint64_t len = (p->n + 7) / 8, at = 4 * b;
 	uint32_t w = 0;
 
 	for (unsigned i = 0; i < 4 && at + i < len; i++)
-		w |= (uint32_t)ix->tomb[at + i] << (8 * i);
+		w |= (uint32_t)p->tomb[at + i] << (8 * i);
 	return w;
 }
 
-static inline uint64_t tq_index_id(const struct tq_index *ix, uint64_t i)
+/* The external id of row r of the row space (a row, not padding). */
+static inline uint64_t tq_index_id(const struct tq_index *ix, uint64_t r)
 {
-	return rd_le64(ix->ids + 8 * i);
+	const struct tq_part *p = tq_part_of_row(ix, r);
+
+	return rd_le64(p->ids + 8 * (r - p->row0));
 }
+
+/* Is local row r of segment p deleted? */
+static inline int tq_part_dead(const struct tq_part *p, uint64_t r)
+{
+	return p->tomb != NULL && (p->tomb[r / 8] >> (r % 8) & 1);
+}
+
+/* Commits (commit.c). */
+enum tq_status tq_lock_open(const char *path,
+    const struct tq_build_params *p, int *fd);
+void tq_lock_close(int fd);
+/* A test hook: SIGKILLs the process at `where` if TQ_TEST_CRASH names it. */
+enum tq_status tq_fault_point(const char *where);
 
 /* ------------------------------------------------------------------------ */
 /* Search internals                                                          */

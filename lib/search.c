@@ -392,9 +392,14 @@ tq_lut_build(const struct tq_quantizer *q, const float *rq, struct tq_lut *t)
 /* ------------------------------------------------------------------------ */
 /* Per-thread work                                                           */
 
-/* Rows [r0, r1) of an index, in blocks [b0, b1). */
+/*
+ * Rows [r0, r1) of an index's row space, in blocks [b0, b1), all of
+ * segment p: a kernel call never crosses a segment, whose codes alone
+ * are contiguous.
+ */
 struct seg {
 	uint64_t b0, b1, r0, r1;
+	const struct tq_part *p;
 };
 
 /* What every thread reads; fixed for one chunk of queries. */
@@ -477,18 +482,41 @@ struct rres {
 	int nomem;
 };
 
-/* Bit j: row 32 b + j may be returned (live and allowed). */
+/* Bit j: row 32 b + j (of segment p) may be returned (live and allowed). */
 static uint32_t
-block_mask(const struct ctx *c, uint64_t b)
+block_mask(const struct ctx *c, const struct tq_part *p, uint64_t b)
 {
-	const struct tq_index *ix = c->ix;
 	uint32_t m = ~0u;
 
-	if (ix->tomb != NULL)
-		m &= ~tq_tomb_word(ix, b);
+	if (p->tomb != NULL)
+		m &= ~tq_tomb_word(p, b - p->block0);
 	if (c->allow != NULL)
 		m &= c->allow[b];
 	return m;
+}
+
+/* Segment p's codes of block b of the row space. */
+static inline const uint8_t *
+blk_codes(const struct ctx *c, const struct tq_part *p, uint64_t b)
+{
+	return p->codes + (b - p->block0) * c->ix->block_bytes;
+}
+
+/* Segment p's factors of block b of the row space. */
+static inline const float *
+blk_factors(const struct tq_part *p, uint64_t b)
+{
+	return p->factors + (b - p->block0) * TQ_BLOCK * TQ_NFACTORS;
+}
+
+/* The stored original of row r of the row space. */
+static inline const uint8_t *
+row_orig(const struct ctx *c, uint64_t r)
+{
+	const struct tq_part *p = tq_part_of_row(c->ix, r);
+
+	return p->orig + (r - p->row0) * c->dim *
+	    (c->ix->originals == TQ_ORIG_F16 ? 2 : 4);
 }
 
 /* Bit j: row 32 blk + j lies in rows [r0, r1) (blk within their blocks). */
@@ -513,16 +541,26 @@ query_segs(const struct ctx *c, size_t i, struct seg *sg)
 	size_t ns = 0;
 
 	if (ix->nlist == 0) {
-		sg[0] = (struct seg){ 0, ix->nblocks, 0, ix->n };
-		return 1;
+		for (uint32_t s = 0; s < ix->nparts; s++) {
+			const struct tq_part *p = &ix->parts[s];
+
+			sg[ns++] = (struct seg){ p->block0, p->block0 +
+			    p->nblocks, p->row0, p->row0 + p->n, p };
+		}
+		return ns;
 	}
 	for (uint32_t t = 0; t < c->probes; t++) {
 		uint32_t l = c->probe[i * c->probes + t];
-		uint64_t r0 = tq_list_off(ix, l), r1 = tq_list_off(ix, l + 1);
 
-		if (r0 < r1)
-			sg[ns++] = (struct seg){ r0 / TQ_BLOCK,
-			    (r1 + TQ_BLOCK - 1) / TQ_BLOCK, r0, r1 };
+		for (uint32_t s = 0; s < ix->nparts; s++) {
+			const struct tq_part *p = &ix->parts[s];
+			uint64_t r0 = p->row0 + tq_list_off(p, l);
+			uint64_t r1 = p->row0 + tq_list_off(p, l + 1);
+
+			if (r0 < r1)
+				sg[ns++] = (struct seg){ r0 / TQ_BLOCK,
+				    (r1 + TQ_BLOCK - 1) / TQ_BLOCK, r0, r1, p };
+		}
 	}
 	return ns;
 }
@@ -533,16 +571,17 @@ query_segs(const struct ctx *c, size_t i, struct seg *sg)
  * block.  Returns the run's length (0: none left).
  */
 static size_t
-next_run(const struct ctx *c, uint64_t *b, uint64_t b1)
+next_run(const struct ctx *c, const struct tq_part *p, uint64_t *b,
+    uint64_t b1)
 {
 	size_t nb;
 
 	if (!c->masked)
 		return b1 - *b < SCAN_BLOCKS ? (size_t)(b1 - *b) : SCAN_BLOCKS;
-	while (*b < b1 && block_mask(c, *b) == 0)
+	while (*b < b1 && block_mask(c, p, *b) == 0)
 		(*b)++;
 	for (nb = 0; nb < SCAN_BLOCKS && *b + nb < b1 &&
-	    block_mask(c, *b + nb) != 0; nb++)
+	    block_mask(c, p, *b + nb) != 0; nb++)
 		;
 	return nb;
 }
@@ -555,24 +594,22 @@ next_run(const struct ctx *c, uint64_t *b, uint64_t b1)
  * Higher keys are better (l2: -distance).
  */
 static unsigned
-block_keys(const struct ctx *c, const struct tq_lut *t, size_t i,
-    uint64_t blk, const uint32_t *acc, float thr, float *key, uint32_t *mask,
-    uint32_t *above)
+block_keys(const struct ctx *c, const struct tq_part *p,
+    const struct tq_lut *t, size_t i, uint64_t blk, const uint32_t *acc,
+    float thr, float *key, uint32_t *mask, uint32_t *above)
 {
-	const struct tq_index *ix = c->ix;
 	struct tq_keypar kp = { t->scale, t->bias, c->qc[i], c->qn2[i],
 	    c->metric == TQ_METRIC_L2 };
-	uint64_t row = blk * TQ_BLOCK;
+	uint64_t row = (blk - p->block0) * TQ_BLOCK;
 	unsigned nj = TQ_BLOCK;
 
-	if (ix->n - row < TQ_BLOCK)
-		nj = (unsigned)(ix->n - row);
-	*mask = c->masked ? block_mask(c, blk) : ~0u;
+	if (p->n - row < TQ_BLOCK)
+		nj = (unsigned)(p->n - row);
+	*mask = c->masked ? block_mask(c, p, blk) : ~0u;
 	if (nj < TQ_BLOCK)
 		*mask &= (1u << nj) - 1;
 	/* All 32 rows: a short block's padding rows have zero factors. */
-	*above = c->kern->keys(acc, ix->factors + blk * TQ_BLOCK *
-	    TQ_NFACTORS, &kp, thr, key);
+	*above = c->kern->keys(acc, blk_factors(p, blk), &kp, thr, key);
 	return nj;
 }
 
@@ -611,8 +648,8 @@ block_push(const struct ctx *c, const struct tq_lut *t, size_t i,
 	unsigned j;
 
 	/* The heap's root is its worst entry. */
-	(void)block_keys(c, t, i, blk, acc, h->len == h->k ? h->key[0] :
-	    -INFINITY, key, &mask, &above);
+	(void)block_keys(c, sg->p, t, i, blk, acc, h->len == h->k ?
+	    h->key[0] : -INFINITY, key, &mask, &above);
 	mask &= row_window(blk, sg->r0, sg->r1);
 	if (h->len == h->k)
 		mask &= above;
@@ -626,19 +663,19 @@ block_push(const struct ctx *c, const struct tq_lut *t, size_t i,
 
 /* The kernel's sums of blocks [b, b + nb) for one query's tables t. */
 static inline void
-scan_one(const struct ctx *c, const struct tq_lut *t, uint64_t b, size_t nb,
-    uint32_t *acc)
+scan_one(const struct ctx *c, const struct tq_part *p, const struct tq_lut *t,
+    uint64_t b, size_t nb, uint32_t *acc)
 {
 	const struct tq_index *ix = c->ix;
 	const struct tq_quantizer *q = c->q;
 
 	if (t->dot)
-		c->kern->scand(ix->codes + b * ix->block_bytes, nb,
+		c->kern->scand(blk_codes(c, p, b), nb,
 		    ix->block_bytes, q->nfields, t->planes,
 		    (const int8_t *)(const void *)t->lut, 0, 1, t->lev, acc,
 		    0);
 	else
-		c->kern->scan(ix->codes + b * ix->block_bytes, nb,
+		c->kern->scan(blk_codes(c, p, b), nb,
 		    ix->block_bytes, q->nfields, q->field_bits, t->lut, acc);
 }
 
@@ -654,8 +691,8 @@ scan_range(struct worker *w, const struct tq_lut *t, size_t i, uint64_t b0,
 	uint64_t b;
 	size_t nb;
 
-	for (b = b0; (nb = next_run(c, &b, b1)) > 0; b += nb) {
-		scan_one(c, t, b, nb, w->acc);
+	for (b = b0; (nb = next_run(c, sg->p, &b, b1)) > 0; b += nb) {
+		scan_one(c, sg->p, t, b, nb, w->acc);
 		for (size_t bi = 0; bi < nb; bi++)
 			block_push(c, t, i, b + bi, w->acc + bi * TQ_BLOCK, sg,
 			    h);
@@ -681,7 +718,7 @@ scan_range_multi(struct worker *w, const struct tq_lut *t, size_t i,
 
 	for (j = 0; j < m; j++)
 		luts[j] = t[j].lut;
-	for (b = b0; (nb = next_run(c, &b, b1)) > 0; b += nb) {
+	for (b = b0; (nb = next_run(c, sg->p, &b, b1)) > 0; b += nb) {
 		if (nb > MULTI_BLOCKS)
 			nb = MULTI_BLOCKS;
 		if (t[0].dot) {
@@ -690,12 +727,12 @@ scan_range_multi(struct worker *w, const struct tq_lut *t, size_t i,
 			    m >= TILE_MIN ? c->kern->scand_tile :
 			    c->kern->scand;
 
-			fn(ix->codes + b * ix->block_bytes, nb,
+			fn(blk_codes(c, sg->p, b), nb,
 			    ix->block_bytes, c->q->nfields, t[0].planes,
 			    (const int8_t *)(const void *)t[0].lut, w->lutstride,
 			    (unsigned)m, t[0].lev, w->acc, stride);
 		} else {
-			c->kern->scan4x(ix->codes + b * ix->block_bytes, nb,
+			c->kern->scan4x(blk_codes(c, sg->p, b), nb,
 			    ix->block_bytes, c->q->nfields, luts, (unsigned)m,
 			    w->acc, stride);
 		}
@@ -719,10 +756,10 @@ exact_key(const struct ctx *c, struct worker *w, const float *qv, uint64_t r)
 	const float *x;
 
 	if (ix->originals == TQ_ORIG_F16) {
-		c->kern->f16(ix->orig + r * dim * 2, dim, w->row);
+		c->kern->f16(row_orig(c, r), dim, w->row);
 		x = w->row;
 	} else {
-		const uint8_t *p = ix->orig + r * dim * 4;
+		const uint8_t *p = row_orig(c, r);
 
 		for (d = 0; d < dim; d++)
 			w->row[d] = rd_lef32(p + 4 * (size_t)d);
@@ -746,7 +783,7 @@ exact_keys(const struct ctx *c, struct worker *w, const float *qv,
 
 	if (ix->originals == TQ_ORIG_F16 && c->kern->keyf16 != NULL) {
 		for (t = 0; t < n; t++)
-			rows[t] = ix->orig + r[t] * c->dim * 2;
+			rows[t] = row_orig(c, r[t]);
 		c->kern->keyf16(c->metric, qv, rows, n, c->dim, key);
 		return;
 	}
@@ -763,8 +800,10 @@ dequantize(const struct ctx *c, struct worker *w, uint64_t r, float *y)
 {
 	const struct tq_quantizer *q = c->q;
 
-	tq_unpack_block_row(q, c->ix->codes + r / TQ_BLOCK *
-	    c->ix->block_bytes, (unsigned)(r % TQ_BLOCK), w->codes);
+	const struct tq_part *p = tq_part_of_row(c->ix, r);
+
+	tq_unpack_block_row(q, blk_codes(c, p, r / TQ_BLOCK),
+	    (unsigned)(r % TQ_BLOCK), w->codes);
 	for (uint32_t d = 0; d < c->dim; d++)
 		y[d] = q->centroids[w->codes[d]];
 }
@@ -777,8 +816,7 @@ dequantize(const struct ctx *c, struct worker *w, uint64_t r, float *y)
 static float
 refined_key(const struct ctx *c, size_t i, uint64_t r, double dot)
 {
-	const float *fs = c->ix->factors + r / TQ_BLOCK * TQ_BLOCK *
-	    TQ_NFACTORS;
+	const float *fs = blk_factors(tq_part_of_row(c->ix, r), r / TQ_BLOCK);
 	unsigned j = (unsigned)(r % TQ_BLOCK);
 	double ip;
 
@@ -819,7 +857,8 @@ refined_keys(const struct ctx *c, struct worker *w, const size_t *qi,
 	}
 	for (t = 0; t < n; t++) {
 		rq[t] = c->rq + qi[t] * c->dim;
-		blk[t] = c->ix->codes + r[t] / TQ_BLOCK * c->ix->block_bytes;
+		blk[t] = blk_codes(c, tq_part_of_row(c->ix, r[t]),
+		    r[t] / TQ_BLOCK);
 		pos[t] = (unsigned)(r[t] % TQ_BLOCK);
 	}
 	c->kern->dotq4(rq, blk, pos, n, c->dim, q->bits, q->centroids, dot);
@@ -891,7 +930,7 @@ prefetch_original(const struct ctx *c, uint64_t r)
 {
 	size_t len = (size_t)c->dim * (c->ix->originals == TQ_ORIG_F16 ? 2 :
 	    4), o;
-	uintptr_t p = (uintptr_t)(c->ix->orig + r * len);
+	uintptr_t p = (uintptr_t)row_orig(c, r);
 
 	for (o = 0; o < len; o += 64)
 		__builtin_prefetch((const void *)(p + o));
@@ -921,9 +960,13 @@ finish(struct worker *w, size_t i, const struct tq_topk *cand,
 	 * candidates' ids, read below, are just as scattered.
 	 */
 	if (c->rerank) {
-		for (t = 0; t < cand->len; t++)
-			__builtin_prefetch((const void *)(c->ix->ids + 8 *
-			    cand->id[t]));
+		for (t = 0; t < cand->len; t++) {
+			const struct tq_part *p = tq_part_of_row(c->ix,
+			    cand->id[t]);
+
+			__builtin_prefetch((const void *)(p->ids + 8 *
+			    (cand->id[t] - p->row0)));
+		}
 		for (t = 0; t < cand->len && t < RERANK_AHEAD; t++)
 			prefetch_original(c, cand->id[t]);
 	}
@@ -1028,21 +1071,19 @@ range_collect(struct worker *w, const struct tq_lut *t, size_t i,
     float margin_q, uint64_t b0, uint64_t b1, const struct seg *sg)
 {
 	const struct ctx *c = w->c;
-	const struct tq_index *ix = c->ix;
 	int l2 = c->metric == TQ_METRIC_L2;
 	float qn2 = c->qn2[i];
 	uint64_t b;
 	size_t nb;
 
-	for (b = b0; (nb = next_run(c, &b, b1)) > 0; b += nb) {
-		scan_one(c, t, b, nb, w->acc);
+	for (b = b0; (nb = next_run(c, sg->p, &b, b1)) > 0; b += nb) {
+		scan_one(c, sg->p, t, b, nb, w->acc);
 		for (size_t bi = 0; bi < nb; bi++) {
-			const float *fs = ix->factors + (b + bi) * TQ_BLOCK *
-			    TQ_NFACTORS;
+			const float *fs = blk_factors(sg->p, b + bi);
 			uint64_t row = (b + bi) * TQ_BLOCK;
 			uint32_t mask, above;
 			float key[TQ_BLOCK];
-			unsigned j, nj = block_keys(c, t, i, b + bi,
+			unsigned j, nj = block_keys(c, sg->p, t, i, b + bi,
 			    w->acc + bi * TQ_BLOCK, -INFINITY, key, &mask,
 			    &above);
 
@@ -1140,7 +1181,7 @@ run(void *arg)
 {
 	struct worker *w = arg;
 	const struct ctx *c = w->c;
-	size_t i;
+	size_t i, ns;
 
 	if (c->range && !w->by_blocks) {
 		for (i = w->q0; i < w->q1; i++)
@@ -1174,7 +1215,7 @@ run(void *arg)
 	if (c->ix->nlist > 0) {
 		/* IVF: every query its own lists. */
 		for (i = w->q0; i < w->q1; i++) {
-			size_t ns = query_segs(c, i, w->segs);
+			ns = query_segs(c, i, w->segs);
 
 			tq_lut_build(c->q, c->rq + i * c->dim, &w->lut[0]);
 			tq_topk_reset(&w->cand[0]);
@@ -1185,27 +1226,33 @@ run(void *arg)
 		}
 		return NULL;
 	}
-	(void)query_segs(c, 0, w->segs);	/* flat: every row */
+	ns = query_segs(c, 0, w->segs);	/* flat: every row */
 	for (i = w->q0; i < w->q1; i += c->qtile) {
 		size_t m = w->q1 - i < c->qtile ? w->q1 - i : c->qtile, j;
-		uint64_t b, nb = c->ix->nblocks, step = c->tile_blocks;
+		uint64_t b, step = c->tile_blocks;
 
 		for (j = 0; j < m; j++) {
 			tq_lut_build(c->q, c->rq + (i + j) * c->dim,
 			    &w->lut[j]);
 			tq_topk_reset(&w->cand[j]);
 		}
-		for (b = 0; b < nb; b += step) {
-			uint64_t e = nb - b < step ? nb : b + step;
+		for (size_t g = 0; g < ns; g++) {
+			const struct seg *sg = &w->segs[g];
 
-			if (m >= 2 && (w->lut[0].dot || (c->kern->scan4x !=
-			    NULL && c->q->field_bits == 4)))
-				scan_range_multi(w, w->lut, i, m, b, e,
-				    &w->segs[0], w->cand);
-			else
-				for (j = 0; j < m; j++)
-					scan_range(w, &w->lut[j], i + j, b, e,
-					    &w->segs[0], &w->cand[j]);
+			for (b = sg->b0; b < sg->b1; b += step) {
+				uint64_t e = sg->b1 - b < step ? sg->b1 :
+				    b + step;
+
+				if (m >= 2 && (w->lut[0].dot ||
+				    (c->kern->scan4x != NULL &&
+				    c->q->field_bits == 4)))
+					scan_range_multi(w, w->lut, i, m, b, e,
+					    sg, w->cand);
+				else
+					for (j = 0; j < m; j++)
+						scan_range(w, &w->lut[j], i + j,
+						    b, e, sg, &w->cand[j]);
+			}
 		}
 		if (!c->rerank && w->rcs != NULL)
 			refine_tile(w, i, m);
@@ -1293,9 +1340,10 @@ scratch_free(struct scratch *s)
 
 static enum tq_status
 scratch_alloc(struct scratch *s, const struct tq_quantizer *q, unsigned nw,
-    size_t chunk, uint32_t kc, uint32_t kf, int cosine, uint32_t probes)
+    size_t chunk, uint32_t kc, uint32_t kf, int cosine, uint32_t probes,
+    uint32_t nparts)
 {
-	size_t nseg = probes > 0 ? probes : 1;
+	size_t nseg = (probes > 0 ? probes : 1) * (size_t)nparts;
 
 	/*
 	 * Tables on 64-byte boundaries: the AVX-512 kernels load them 64
@@ -1575,7 +1623,8 @@ tq_search(const struct tq_index *ix, const float *queries, size_t nq,
 		    ix->nblocks > 0 ? ix->nblocks : 1);
 	cosine = q->metric == TQ_METRIC_COSINE;
 
-	st = scratch_alloc(&s, q, nw, chunk, kc, kf, cosine, probes);
+	st = scratch_alloc(&s, q, nw, chunk, kc, kf, cosine, probes,
+	    ix->nparts);
 	if (st != TQ_OK) {
 		scratch_free(&s);
 		return st;
@@ -1589,7 +1638,7 @@ tq_search(const struct tq_index *ix, const float *queries, size_t nq,
 	c.k = p->k;
 	c.rerank = p->oversample > 1.0f;
 	c.allow = p->allow != NULL ? p->allow->words : NULL;
-	c.masked = c.allow != NULL || ix->tomb != NULL;
+	c.masked = c.allow != NULL || ix->live < ix->n;
 	c.rq = s.rq;
 	c.qc = s.qc;
 	c.qn2 = s.qn2;
@@ -1710,7 +1759,7 @@ tq_search_range(const struct tq_index *ix, const float *queries, size_t nq,
 	if (nw > 1024)
 		nw = 1024;
 	st = scratch_alloc(&s, q, nw, chunk, 1, 1,
-	    q->metric == TQ_METRIC_COSINE, resolve_probes(ix, p));
+	    q->metric == TQ_METRIC_COSINE, resolve_probes(ix, p), ix->nparts);
 	if (st == TQ_OK && (rres = tq_callocarray(chunk, sizeof(*rres))) ==
 	    NULL)
 		st = tq_fail(TQ_ERR_NOMEM, "out of memory");
@@ -1727,7 +1776,7 @@ tq_search_range(const struct tq_index *ix, const float *queries, size_t nq,
 	c.qc = s.qc;
 	c.qn2 = s.qn2;
 	c.allow = p->allow != NULL ? p->allow->words : NULL;
-	c.masked = c.allow != NULL || ix->tomb != NULL;
+	c.masked = c.allow != NULL || ix->live < ix->n;
 	c.range = 1;
 	c.probes = resolve_probes(ix, p);
 	c.probe = s.probe;

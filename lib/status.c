@@ -25,6 +25,8 @@ tq_strerror(enum tq_status st)
 	case TQ_ERR_UNSUPPORTED: return "unsupported";
 	case TQ_ERR_NUMERIC:	return "numerical failure";
 	case TQ_ERR_NOORIG:	return "index has no originals";
+	case TQ_ERR_BUSY:	return "index locked by another writer";
+	case TQ_ERR_DUPLICATE:	return "duplicate id";
 	}
 	return "unknown error";
 }

@@ -46,7 +46,9 @@ enum tq_status {
 	TQ_ERR_OVERFLOW = 10,	/* a size computation would overflow */
 	TQ_ERR_UNSUPPORTED = 11,/* valid but not supported (format, type) */
 	TQ_ERR_NUMERIC = 12,	/* a numerical routine (LAPACK) failed */
-	TQ_ERR_NOORIG = 13	/* re-rank asked of an index without originals */
+	TQ_ERR_NOORIG = 13,	/* re-rank asked of an index without originals */
+	TQ_ERR_BUSY = 14,	/* another writer holds the index's lock */
+	TQ_ERR_DUPLICATE = 15	/* an id repeats, or is already live */
 };
 
 /* A static English string for a status; never NULL. */
@@ -374,7 +376,26 @@ struct tq_build_params {
 					   many lists (0, 1: its nearest) */
 	float dup_ratio;		/* ... those whose squared distance is at
 					   most dup_ratio times the nearest's */
+	/*
+	 * Mutations (append, delete, compact, a build onto an existing
+	 * index) hold an exclusive lock of the index file.  no_wait: fail
+	 * with TQ_ERR_BUSY instead of waiting for another writer; on_wait,
+	 * if set, is called once (with the path and wait_arg) before a
+	 * writer starts to wait.
+	 */
+	int no_wait;
+	void (*on_wait)(const char *path, void *arg);
+	void *wait_arg;
+	/* Append: live rows whose ids the new rows carry are deleted in the
+	   same commit (an upsert) instead of failing with
+	   TQ_ERR_DUPLICATE. */
+	int replace;
+	/* Append: an append that would leave more than this many segments
+	   compacts the index instead; 0 = TQ_MAX_SEGMENTS_DEFAULT.  */
+	uint32_t max_segments;
 };
+#define TQ_MAX_SEGMENTS_DEFAULT 16u
+#define TQ_MAX_SEGMENTS_LIMIT 4096u
 #define TQ_BUILD_MEMORY ((uint64_t)256 << 20)
 void tq_build_params_default(struct tq_build_params *p);
 
@@ -448,7 +469,8 @@ enum tq_originals tq_index_originals(const struct tq_index *ix);
  * compact); otherwise an empty corpus fails with TQ_ERR_EMPTY.
  */
 enum tq_status tq_index_delete(const char *path, const uint64_t *ids,
-    size_t nids, const char *out, uint64_t *deleted);
+    size_t nids, const struct tq_build_params *p, const char *out,
+    uint64_t *deleted);
 enum tq_status tq_index_append(const char *path, struct tq_reader *corpus,
     struct tq_ids_reader *ids, const struct tq_build_params *p,
     const char *out);
@@ -551,6 +573,7 @@ struct tq_section_info {
 	uint64_t offset;
 	uint64_t length;
 	uint64_t checksum;	/* stored XXH64 of the payload */
+	uint32_t part;		/* 0: of the whole file; s + 1: of segment s */
 };
 
 struct tq_file_info {
@@ -579,6 +602,9 @@ struct tq_file_info {
 	enum tq_originals originals;
 	double bytes_per_vector;	/* codes + factors + ids */
 	double original_bytes_per_vector;
+	uint32_t segments;		/* index: segments (appends since the
+					   last build or compaction, + 1) */
+	uint64_t commit;		/* index, version 2: commit number */
 };
 
 /* Opens and validates a file (as tq_index_open) and describes it. */

@@ -52,7 +52,8 @@ EOF
 	"$TQ_BIN/tq-build" -q q.tq --ids big.ids -o big.tqi c.bin
 
 	# Damaged tq files.
-	head -c 3000 i.tqi >cut.tqi
+	head -c 6000 i.tqi >cut.tqi
+	head -c 300 q.tq >cutq.tq
 	"$PY" "$MAL/make-index-cases" i.tqi q.tq cases >/dev/null
 	for c in c-version-99 s-header-hash s-table-hash c-code-offset-past-end \
 	    c-fact-overlaps-code qi-missing-cbok s-payload-code; do
@@ -215,8 +216,13 @@ tqfile_cases() {
 	with_file empty.bin "$@"
 	expect 1 'FILE: empty file' 'empty.bin: empty file' "$prog" "${ARGS[@]}"
 	with_file cut.tqi "$@"
+	expect 1 'FILE: truncated: commit C needs N bytes, file has M' \
+	    "cut.tqi: truncated: commit 1 needs $size bytes, file has 6000" \
+	    "$prog" "${ARGS[@]}"
+	# Quantizer files keep format version 1.
+	with_file cutq.tq "$@"
 	expect 1 'FILE: truncated or extended: header says N bytes, file has M' \
-	    "cut.tqi: truncated or extended: header says $size bytes, file has 3000" \
+	    "cutq.tq: truncated or extended: header says $(stat -c %s q.tq) bytes, file has 300" \
 	    "$prog" "${ARGS[@]}"
 	with_file c-version-99.tqi "$@"
 	expect 1 'FILE: format version V is newer than this program (W)' \
@@ -308,9 +314,37 @@ tqfile_cases() {
 	    'i.tqi: would delete every vector' \
 	    tq-build --delete all.ids -o out.tqi i.tqi
 
-	expect 1 'FILE: cannot create a temporary file beside it: ERROR' \
-	    'no/dir/x.tqi: cannot create a temporary file beside it: No such file or directory' \
+	expect 1 'FILE: cannot write there: NAME: ERROR' \
+	    'no/dir/x.tqi: cannot write there: no/dir: No such file or directory' \
 	    tq-build -q q.tq -o no/dir/x.tqi c.bin
+	mkdir -p adir
+	expect 1 'FILE: is a directory' 'adir: is a directory' \
+	    tq-build -q q.tq -o adir c.bin
+	printf '1\n2\n3\n2\n' >dup4.ids
+	head -n 4 c.bin >/dev/null
+	"$PY" "$BATS_TEST_DIRNAME/tqtool.py" head c.bin c4.bin 4
+	expect 1 'FILE: id I repeats: rows R and S of the ids' \
+	    'dup4.ids: id 2 repeats: rows 1 and 3 of the ids' \
+	    tq-build -q q.tq --ids dup4.ids -o out.tqi c4.bin
+	printf '1000\n1001\n7\n1003\n' >live4.ids
+	cp i.tqi up.tqi
+	expect 1 'FILE: id I (row R of the ids) is already in the index' \
+	    'live4.ids: id 7 (row 2 of the ids) is already in the index' \
+	    tq-build --append --ids live4.ids up.tqi c4.bin
+	cmp up.tqi i.tqi
+	flock up.tqi sleep 5 &
+	sleep 0.5
+	expect 1 "FILE: another writer holds the index's lock" \
+	    "up.tqi: another writer holds the index's lock" \
+	    tq-build --delete few.ids --no-wait up.tqi
+	kill %1 2>/dev/null || true
+	wait || true
+	expect 2 '--replace goes with --append and --ids' \
+	    '--replace goes with --append and --ids' \
+	    tq-build --delete few.ids --replace up.tqi
+	expect 2 '--max-segments goes with --append' \
+	    '--max-segments goes with --append' \
+	    tq-build --compact --max-segments 4 up.tqi
 	expect 1 'FILE: not a regular file: a tq file is written beside its destination and renamed over it' \
 	    '/dev/null: not a regular file: a tq file is written beside its destination and renamed over it' \
 	    tq-build -q q.tq -o /dev/null c.bin

@@ -108,6 +108,10 @@ setup() {
 @test "tq-build --append to an IVF index equals a fresh build; delete and compact" {
 	"$TQ_BIN/tq-build" -q "$F/ivf.tqq" -o a.tqi "$F/a.bin"
 	"$TQ_BIN/tq-build" --append a.tqi "$F/b.bin"
+	"$TQ_BIN/tq-search" -k 10 --probes 3 -i "$F/q.bin" a.tqi >a.tsv
+	"$TQ_BIN/tq-search" -k 10 --probes 3 -i "$F/q.bin" "$F/ivf.tqi" >u.tsv
+	cmp a.tsv u.tsv
+	"$TQ_BIN/tq-build" --compact a.tqi
 	cmp a.tqi "$F/ivf.tqi"
 	seq 0 2 1999 >even.ids
 	"$TQ_BIN/tq-build" --delete even.ids -o d.tqi a.tqi
@@ -130,6 +134,7 @@ setup() {
 	# Appending keeps the setting.
 	"$TQ_BIN/tq-build" -q "$F/ivf.tqq" --dups 3 --dup-ratio 1000000 -o a.tqi "$F/a.bin"
 	"$TQ_BIN/tq-build" --append a.tqi "$F/b.bin"
+	"$TQ_BIN/tq-build" --compact a.tqi
 	cmp a.tqi d.tqi
 	run --separate-stderr "$TQ_BIN/tq-build" --append --dups 2 a.tqi "$F/b.bin"
 	assert_usage_error tq-build
@@ -237,5 +242,6 @@ print([s["offset"] for s in d["sections"] if s["tag"] == "LIST"][0])')
 	"$TQ_BIN/tq-build" --append --memory 1 -o b.tqi a.tqi new.bin
 	cmp b.tqi want2.tqi
 	"$TQ_BIN/tq-build" --append a.tqi new.bin
+	"$TQ_BIN/tq-build" --compact a.tqi
 	cmp a.tqi want2.tqi
 }

@@ -24,7 +24,15 @@ setup() {
 	run --separate-stderr "$TQ_BIN/tq-build" --append a.tqi "$F/b.bin"
 	assert_status 0
 	assert_equal "$output$stderr" ""
-	cmp a.tqi "$F/u.tqi"
+	# A second segment, searched as the union; compacted, the union.
+	"$TQ_BIN/tq-inspect" a.tqi | grep -qx 'segments 2'
+	"$TQ_BIN/tq-search" -k 10 --oversample 2 -i "$F/q.bin" a.tqi >a.tsv
+	"$TQ_BIN/tq-search" -k 10 --oversample 2 -i "$F/q.bin" "$F/u.tqi" >u.tsv
+	cmp a.tsv u.tsv
+	rm a.tsv u.tsv
+	"$TQ_BIN/tq-build" --compact -o c.tqi a.tqi
+	cmp c.tqi "$F/u.tqi"
+	rm c.tqi
 	assert_only_files . a.tqi
 	# -o writes elsewhere and leaves the index alone; stdin works too.
 	cp "$F/a.tqi" a.tqi
@@ -69,8 +77,14 @@ PY
 	assert_fail1 tq-build "dimension 8 does not match the index (16)"
 	cp a.tqi bad.tqi
 	tq flip bad.tqi $(($(tq sections bad.tqi | awk '$1 == "CODE" { print $2 }') + 5))
-	run --separate-stderr "$TQ_BIN/tq-build" --append bad.tqi "$F/b.bin"
+	# An append reads none of the old rows: the damage stays, for
+	# --verify to name; a rewrite (-o, --compact) refuses to copy it.
+	run --separate-stderr "$TQ_BIN/tq-build" --append -o x.tqi bad.tqi "$F/b.bin"
 	assert_fail1 tq-build bad.tqi "section CODE: checksum"
+	[ ! -e x.tqi ]
+	"$TQ_BIN/tq-build" --append bad.tqi "$F/b.bin"
+	run --separate-stderr "$TQ_BIN/tq-inspect" --verify bad.tqi
+	assert_fail1 tq-inspect bad.tqi "section CODE: checksum"
 	cmp a.tqi "$F/a.tqi"
 	assert_only_files . a.tqi bad.bin d8.bin bad.tqi
 }
@@ -124,6 +138,7 @@ PY
 	{ cat kept.ids; seq 700 999; } >kb.ids
 	"$TQ_BIN/tq-build" -q "$F/q.tqq" --ids kb.ids -o want2.tqi kb.bin
 	"$TQ_BIN/tq-build" --append a.tqi "$F/b.bin"
+	"$TQ_BIN/tq-build" --compact a.tqi
 	cmp a.tqi want2.tqi
 }
 
@@ -220,5 +235,6 @@ PY
 	tq rows big.bin all.bin @all.ids
 	"$TQ_BIN/tq-build" -q "$F/q.tqq" --originals f16 --ids all.ids -o want2.tqi all.bin
 	"$TQ_BIN/tq-build" --append a.tqi new.bin
+	"$TQ_BIN/tq-build" --compact a.tqi
 	cmp a.tqi want2.tqi
 }

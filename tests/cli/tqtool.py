@@ -233,8 +233,17 @@ def relerr(args):
 def sections(args):
     with open(args[0], "rb") as f:
         data = f.read()
-    (ns,) = struct.unpack_from("<I", data, 16)
-    (toff,) = struct.unpack_from("<Q", data, 32)
+    if struct.unpack_from("<I", data, 8)[0] >= 2:
+        # Version 2: the commit in the slot with the larger number.
+        best = None
+        for sl in (1024, 2048):
+            seq, toff, ns = struct.unpack_from("<QQI", data, sl)
+            if seq and (best is None or seq > best[0]):
+                best = (seq, toff, ns)
+        _, toff, ns = best
+    else:
+        (ns,) = struct.unpack_from("<I", data, 16)
+        (toff,) = struct.unpack_from("<Q", data, 32)
     for i in range(ns):
         tag, _, off, ln, _ = struct.unpack_from("<4sIQQQ", data, toff + 32 * i)
         print(tag.decode("latin1"), off, ln)

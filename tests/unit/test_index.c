@@ -437,7 +437,7 @@ test_delete(void)
 	for (size_t i = 0; i < nd; i++)
 		if (del[i] < n)
 			gone[del[i]] = 1;
-	CHECK_OK(tq_index_delete(p, del, nd, p2, &hit));
+	CHECK_OK(tq_index_delete(p, del, nd, NULL, p2, &hit));
 	CHECK_OK(tq_file_verify(p2));
 	CHECK_OK(tq_index_open(p2, &ix));
 	CHECK(tq_index_count(ix) == n);
@@ -468,7 +468,7 @@ test_delete(void)
 	}
 	tq_index_close(ix);
 	/* Deleting again counts only new rows; the original is untouched. */
-	CHECK_OK(tq_index_delete(p2, del, nd, p2, &hit));
+	CHECK_OK(tq_index_delete(p2, del, nd, NULL, p2, &hit));
 	CHECK(hit == 0);
 	CHECK_OK(tq_file_info(p, &info));
 	CHECK(info.live == n && info.nsections == 9);
@@ -479,10 +479,10 @@ test_delete(void)
 		for (size_t r = 0; r < n; r++)
 			all[r] = r;
 		CHECK_OK(tq_file_info(p2, &info));
-		CHECK_ST(tq_index_delete(p2, all, n, p2, &hit),
+		CHECK_ST(tq_index_delete(p2, all, n, NULL, p2, &hit),
 		    TQ_ERR_EMPTY);
 		CHECK_DETAIL("would delete every vector");
-		CHECK_OK(tq_index_delete(p2, all, n - 1, p2, &hit));
+		CHECK_OK(tq_index_delete(p2, all, n - 1, NULL, p2, &hit));
 		CHECK_OK(tq_index_open(p2, &ix));
 		CHECK(tq_index_live(ix) == 1);
 		sp.k = 1;
@@ -521,7 +521,7 @@ test_tomb_checks(void)
 	uint8_t b;
 
 	CHECK_OK(build(q, x, 30, NULL, TQ_ORIG_NONE, p));
-	CHECK_OK(tq_index_delete(p, &del, 1, p, NULL));
+	CHECK_OK(tq_index_delete(p, &del, 1, NULL, p, NULL));
 	CHECK_OK(tq_file_info(p, &info));
 	for (uint32_t i = 0; i < info.nsections; i++)
 		if (strcmp(info.sections[i].tag, "TOMB") == 0) {
@@ -552,6 +552,44 @@ test_tomb_checks(void)
 
 /* ------------------------------------------------------------------------ */
 
+/*
+ * Do indexes a and b give the same results (ids and scores, every
+ * metric's k = 10, with re-rank when they have originals) for the first
+ * nq rows of x?
+ */
+static int
+same_results(const char *a, const char *b, const float *x, size_t nq,
+    uint32_t dim)
+{
+	struct tq_index *ia, *ib;
+	struct tq_search_params sp;
+	uint64_t ida[200], idb[200];
+	float sa[200], sb[200];
+	int ok = 1;
+
+	(void)dim;
+	if (tq_index_open(a, &ia) != TQ_OK || tq_index_open(b, &ib) != TQ_OK)
+		return 0;
+	for (int os = 0; os < 2 && ok; os++) {
+		tq_search_params_default(&sp);
+		sp.threads = 2;
+		if (os == 1) {
+			if (tq_index_originals(ia) == TQ_ORIG_NONE)
+				break;
+			sp.oversample = 3;
+		}
+		if (tq_search(ia, x, nq, &sp, ida, sa) != TQ_OK ||
+		    tq_search(ib, x, nq, &sp, idb, sb) != TQ_OK)
+			ok = 0;
+		for (size_t i = 0; ok && i < nq * sp.k; i++)
+			ok = ida[i] == idb[i] && (sa[i] == sb[i] ||
+			    (isnan(sa[i]) && isnan(sb[i])));
+	}
+	tq_index_close(ia);
+	tq_index_close(ib);
+	return ok;
+}
+
 static void
 test_append_one(enum tq_metric m, unsigned bits, enum tq_originals o,
     uint32_t lists)
@@ -578,11 +616,14 @@ test_append_one(enum tq_metric m, unsigned bits, enum tq_originals o,
 	bp.originals = TQ_ORIG_NONE;	/* ignored */
 	CHECK_OK(tq_index_append(a, r, NULL, &bp, a));
 	tq_reader_close(r);
-	CHECK(files_equal(a, u));
+	/* A second segment: searched like the one-segment index. */
+	CHECK(same_results(a, u, x, 20, dim));
+	CHECK_OK(tq_index_compact(a, NULL, unit_path("a1.tqi")));
+	CHECK(files_equal(unit_path("a1.tqi"), u));
 
 	/* Delete from A, append B == build (A - deleted) u B with ids. */
 	CHECK_OK(build(q, x, na, NULL, o, a));
-	CHECK_OK(tq_index_delete(a, del, 6, a, NULL));
+	CHECK_OK(tq_index_delete(a, del, 6, NULL, a, NULL));
 	for (uint64_t i = 0; i < na + nb; i++) {
 		int dead = 0;
 
@@ -636,7 +677,7 @@ test_append_errors(void)
 	char bp[4096];
 	const char *p = path_of(bp, "e.tqi");
 	struct stat st0, st1;
-	uint64_t few[3] = { 1, 2, 3 };
+	uint64_t few[3] = { 101, 102, 103 };
 
 	CHECK_OK(build(q, x, 40, NULL, TQ_ORIG_F32, p));
 	CHECK_OK(build(q, x, 40, NULL, TQ_ORIG_F32, unit_path("e0.tqi")));
@@ -662,7 +703,26 @@ test_append_errors(void)
 	CHECK(st0.st_ino == st1.st_ino);
 	/* Ids given: used as they are. */
 	CHECK_OK(tq_reader_open(unit_path("ok.bin"), NULL, &r));
-	write_ids(unit_path("five.ids"), (uint64_t[]){ 90, 91, 92, 93, 7 }, 5);
+	/* Ids that repeat, or that are live already: refused. */
+	write_ids(unit_path("rep.ids"), (uint64_t[]){ 90, 91, 92, 91, 77 }, 5);
+	CHECK_OK(tq_reader_open(unit_path("ok.bin"), NULL, &r));
+	CHECK_OK(tq_ids_open(unit_path("rep.ids"), &ids));
+	CHECK_ST(tq_index_append(p, r, ids, NULL, p), TQ_ERR_DUPLICATE);
+	CHECK(strcmp(tq_errdetail(), "id 91 repeats: rows 1 and 3 of the "
+	    "ids") == 0);
+	tq_ids_close(ids);
+	tq_reader_close(r);
+	write_ids(unit_path("live.ids"), (uint64_t[]){ 90, 91, 92, 7, 77 }, 5);
+	CHECK_OK(tq_reader_open(unit_path("ok.bin"), NULL, &r));
+	CHECK_OK(tq_ids_open(unit_path("live.ids"), &ids));
+	CHECK_ST(tq_index_append(p, r, ids, NULL, p), TQ_ERR_DUPLICATE);
+	CHECK(strcmp(tq_errdetail(), "id 7 (row 3 of the ids) is already in "
+	    "the index") == 0);
+	tq_ids_close(ids);
+	tq_reader_close(r);
+	CHECK(files_equal(p, unit_path("e0.tqi")));
+	CHECK_OK(tq_reader_open(unit_path("ok.bin"), NULL, &r));
+	write_ids(unit_path("five.ids"), (uint64_t[]){ 90, 91, 92, 93, 77 }, 5);
 	CHECK_OK(tq_ids_open(unit_path("five.ids"), &ids));
 	CHECK_OK(tq_index_append(p, r, ids, NULL, p));
 	tq_ids_close(ids);
@@ -671,8 +731,9 @@ test_append_errors(void)
 		struct tq_index *ix;
 
 		CHECK_OK(tq_index_open(p, &ix));
-		CHECK(tq_index_count(ix) == 45 && tq_index_id(ix, 44) == 7 &&
-		    tq_index_id(ix, 40) == 90);
+		/* The new segment starts on a block boundary: row 64. */
+		CHECK(tq_index_count(ix) == 45 && tq_index_id(ix, 68) == 77 &&
+		    tq_index_id(ix, 64) == 90);
 		tq_index_close(ix);
 	}
 	/* Default ids continue after the largest (93). */
@@ -683,10 +744,28 @@ test_append_errors(void)
 		struct tq_index *ix;
 
 		CHECK_OK(tq_index_open(p, &ix));
-		CHECK(tq_index_count(ix) == 50 && tq_index_id(ix, 45) == 94 &&
-		    tq_index_id(ix, 49) == 98);
+		CHECK(tq_index_count(ix) == 50 && tq_index_id(ix, 96) == 94 &&
+		    tq_index_id(ix, 100) == 98);
 		tq_index_close(ix);
 	}
+	/* With replace, an upsert: the old row of id 7 goes, the new stays. */
+	write_fixture(unit_path("one.bin"), x + 30 * 8, 1, 8);
+	write_ids(unit_path("seven.ids"), (uint64_t[]){ 7 }, 1);
+	CHECK_OK(tq_reader_open(unit_path("one.bin"), NULL, &r));
+	CHECK_OK(tq_ids_open(unit_path("seven.ids"), &ids));
+	{
+		struct tq_build_params rp;
+		struct tq_index *ix;
+
+		tq_build_params_default(&rp);
+		rp.replace = 1;
+		CHECK_OK(tq_index_append(p, r, ids, &rp, p));
+		CHECK_OK(tq_index_open(p, &ix));
+		CHECK(tq_index_count(ix) == 51 && tq_index_live(ix) == 50);
+		tq_index_close(ix);
+	}
+	tq_ids_close(ids);
+	tq_reader_close(r);
 	tq_quantizer_free(q);
 	free(x);
 }
@@ -845,10 +924,10 @@ test_ivf_one(enum tq_metric m, unsigned bits)
 	CHECK_OK(tq_ivf_nearest(&qi->ivf, dim, x, n, m == TQ_METRIC_COSINE,
 	    0, 1, lab, NULL));
 	for (uint32_t l = 0; l < nl; l++)
-		for (uint64_t rr = tq_list_off(ix, l); rr < tq_list_off(ix,
+		for (uint64_t rr = tq_list_off(&ix->parts[0], l); rr < tq_list_off(&ix->parts[0],
 		    l + 1); rr++) {
 			ok &= lab[tq_index_id(ix, rr)] == l;
-			ok &= rr == tq_list_off(ix, l) ||
+			ok &= rr == tq_list_off(&ix->parts[0], l) ||
 			    tq_index_id(ix, rr) > tq_index_id(ix, rr - 1);
 		}
 	CHECK(ok);
@@ -880,8 +959,8 @@ test_ivf_one(enum tq_metric m, unsigned bits)
 		size_t nc = 0;
 
 		for (uint32_t t = 0; t < 2; t++)
-			for (uint64_t rr = tq_list_off(ix, pr[i * 2 + t]);
-			    rr < tq_list_off(ix, pr[i * 2 + t] + 1); rr++) {
+			for (uint64_t rr = tq_list_off(&ix->parts[0], pr[i * 2 + t]);
+			    rr < tq_list_off(&ix->parts[0], pr[i * 2 + t] + 1); rr++) {
 				uint64_t id = tq_index_id(ix, rr);
 
 				c[nc].s = score(m, qs + i * dim, x + id * dim,
@@ -1008,7 +1087,10 @@ test_ivf_dups(void)
 	CHECK_OK(tq_index_append(unit_path("d12.tqi"), r, NULL, NULL,
 	    unit_path("d12.tqi")));
 	tq_reader_close(r);
-	CHECK(files_equal(pd, unit_path("d12.tqi")));
+	CHECK(same_results(pd, unit_path("d12.tqi"), x, 20, dim));
+	CHECK_OK(tq_index_compact(unit_path("d12.tqi"), NULL,
+	    unit_path("d12c.tqi")));
+	CHECK(files_equal(pd, unit_path("d12c.tqi")));
 
 	/* Copies need lists, and at most nlist of them. */
 	CHECK_OK(tq_reader_open(unit_path("d.bin"), NULL, &r));

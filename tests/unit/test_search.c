@@ -537,6 +537,7 @@ test_lut(void)
 
 struct mem_index {
 	struct tq_index ix;
+	struct tq_part part[3];
 	uint8_t *codes;
 	float *factors;
 	uint8_t *ids;
@@ -621,10 +622,11 @@ mem_index_make(struct mem_index *m, struct tq_quantizer *q, const float *x,
 	m->ix.nblocks = nb;
 	m->ix.block_bytes = bb;
 	m->ix.originals = orig;
-	m->ix.codes = m->codes;
-	m->ix.factors = m->factors;
-	m->ix.ids = m->ids;
-	m->ix.orig = orig == TQ_ORIG_NONE ? NULL : m->orig;
+	m->ix.live = n;
+	m->ix.nparts = 1;
+	m->ix.parts = m->part;
+	m->part[0] = (struct tq_part){ 0, 0, n, nb, m->codes, m->factors,
+	    m->ids, orig == TQ_ORIG_NONE ? NULL : m->orig, NULL, NULL, n };
 	return 0;
 }
 
