@@ -1622,37 +1622,59 @@ mut_kill(struct mut *m, uint32_t s, uint64_t r)
 
 /*
  * Deletes every live row whose id is in the sorted set[0 .. n).  With
- * fail_input != NULL a row found fails instead, naming the id and its
- * row among fail_input[0 .. ninput) (the appended ids).
+ * fail_input != NULL a row found fails instead, naming the first of
+ * fail_input[0 .. ninput) (the appended ids, in input order) that is live.
  */
 static enum tq_status
 mut_kill_ids(struct mut *m, const uint64_t *set, size_t n,
     const uint64_t *fail_input, uint64_t ninput, uint64_t *hit)
 {
 	struct tq_index *ix = m->ix;
+	uint64_t *live = NULL;
+	size_t nl = 0, cap = 0;
+	enum tq_status rc = TQ_OK;
 
 	for (uint32_t s = 0; s < ix->nparts; s++) {
 		const struct tq_part *p = &ix->parts[s];
 
 		for (uint64_t r = 0; r < p->n; r++) {
-			uint64_t id = rd_le64(p->ids + 8 * r), k = 0;
+			uint64_t id = rd_le64(p->ids + 8 * r);
 
 			if (tq_part_dead(p, r) || !idset_has(set, n, id))
 				continue;
-			if (fail_input != NULL) {
-				while (k < ninput && fail_input[k] != id)
-					k++;
-				return tq_fail(TQ_ERR_DUPLICATE, "id %llu (row "
-				    "%llu of the ids) is already in the index",
-				    (unsigned long long)id,
-				    (unsigned long long)k);
+			if (fail_input == NULL) {
+				TQ_TRY(mut_kill(m, s, r));
+				if (hit != NULL)
+					(*hit)++;
+				continue;
 			}
-			TQ_TRY(mut_kill(m, s, r));
-			if (hit != NULL)
-				(*hit)++;
+			if (nl == cap) {
+				uint64_t *l2;
+
+				cap = cap ? 2 * cap : 64;
+				if ((l2 = realloc(live, cap * 8)) == NULL) {
+					free(live);
+					return tq_fail(TQ_ERR_NOMEM, "out of "
+					    "memory");
+				}
+				live = l2;
+			}
+			live[nl++] = id;
 		}
 	}
-	return TQ_OK;
+	if (nl > 0) {
+		qsort(live, nl, 8, cmp_u64);
+		for (uint64_t k = 0; k < ninput; k++)
+			if (idset_has(live, nl, fail_input[k])) {
+				rc = tq_fail(TQ_ERR_DUPLICATE, "id %llu (row "
+				    "%llu of the ids) is already in the index",
+				    (unsigned long long)fail_input[k],
+				    (unsigned long long)k);
+				break;
+			}
+	}
+	free(live);
+	return rc;
 }
 
 /*
