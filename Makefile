@@ -54,6 +54,7 @@ $(BUILD)/%.o: %.c lib/tq.h lib/internal.h
 	$(Q)$(CC) $(ALL_CFLAGS) -c -o $@ $<
 
 $(BUILD)/lib/vecio.o $(BUILD)/lib/vecio_hdf5.o: lib/vecio_impl.h
+$(BUILD)/lib/vecio.o $(BUILD)/lib/vecwrite_fmt.o: lib/vecwrite_fmt.h
 
 # Each instruction-set kernel is compiled with its own flags; the rest of
 # the build stays baseline x86-64.
