@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common.h"
 
@@ -84,6 +85,7 @@ struct cat {
 	struct tq_writer *w;
 	uint32_t dim;
 	int ints;		/* int32 rows from integer inputs to ivecs */
+	int quiet;		/* the rows go to the terminal: no progress */
 	size_t chunk;		/* rows per read */
 	void *rows;		/* chunk * dim floats or int32 */
 	const char **lab;	/* the chunk's labels, with --labels */
@@ -206,7 +208,8 @@ write_rows(struct cat *c, void *rows, const char **lab, size_t n)
 	if (st != TQ_OK)
 		die_status(st, out_name(c->o->out));
 	c->kept += n;
-	progress("%" PRIu64 " rows", c->kept);
+	if (c->quiet == 0)
+		progress("%" PRIu64 " rows", c->kept);
 }
 
 /*
@@ -447,6 +450,7 @@ cat(const struct opts *o, char **inputs, int ninputs)
 		c.num = xmallocarray(c.chunk, sizeof(*c.num));
 	}
 	c.rng = o->seed;
+	c.quiet = strcmp(o->out, "-") == 0 && isatty(STDOUT_FILENO);
 
 	/* The row count is known in advance when every input's is. */
 	out_n = TQ_COUNT_UNKNOWN;

@@ -1795,8 +1795,8 @@ w_check(struct tq_writer *w, size_t n, int ints, int labels)
 	if (labels && !tq_wfmt_is_text(w->fmt))
 		return tq_fail(TQ_ERR_ARG, "labels need a text writer");
 	if (w->labeled >= 0 && w->labeled != labels)
-		return tq_fail(TQ_ERR_ARG, labels ? "labels after rows "
-		    "without" : "rows without labels after labelled rows");
+		return tq_fail(TQ_ERR_ARG, labels ? "labelled rows after rows "
+		    "without labels" : "rows without labels after labelled rows");
 	if (ck_mul(n, w->dim, &elems) || ck_add64(w->written, n, &total))
 		return tq_fail(TQ_ERR_OVERFLOW, "too many rows");
 	if (total > tq_wfmt_max_rows(w->fmt))

@@ -265,6 +265,12 @@ test_text(void)
 	    "break");
 	tq_writer_abort(w);
 
+	CHECK_OK(tq_writer_open(p, TQ_VEC_TEXT, dim, 2, &w));
+	CHECK_OK(tq_writer_write(w, x, 1));
+	CHECK_ST(tq_writer_write_labeled(w, x, labels, 1), TQ_ERR_ARG);
+	CHECK_DETAIL("labelled rows after rows without labels");
+	tq_writer_abort(w);
+
 	/* Labels only in text. */
 	CHECK_OK(tq_writer_open(unit_path("l.npy"), TQ_VEC_NPY, dim, 1, &w));
 	CHECK_ST(tq_writer_write_labeled(w, x, labels, 1), TQ_ERR_ARG);
