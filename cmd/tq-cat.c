@@ -230,6 +230,8 @@ reservoir_add(struct cat *c, const void *row, const char *label,
 
 			if (cap > c->o->sample)
 				cap = (size_t)c->o->sample;
+			if (cap > SIZE_MAX / rb)
+				die("out of memory");
 			if ((c->res = realloc(c->res, cap * rb)) == NULL ||
 			    (c->res_row = realloc(c->res_row,
 			    cap * sizeof(*c->res_row))) == NULL ||
@@ -254,38 +256,42 @@ reservoir_add(struct cat *c, const void *row, const char *label,
 		die("out of memory");
 }
 
-/* Writes the reservoir in input order: sorts its slots by row number. */
+/* Row numbers of the reservoir's slots, for qsort (they are distinct). */
+static const uint64_t *sort_rows;
+
+static int
+by_row(const void *a, const void *b)
+{
+	uint64_t x = sort_rows[*(const size_t *)a];
+	uint64_t y = sort_rows[*(const size_t *)b];
+
+	return x < y ? -1 : x > y;
+}
+
+/* Writes the reservoir in input order, a chunk at a time. */
 static void
 reservoir_flush(struct cat *c)
 {
-	size_t rb = (size_t)c->dim * 4, i, j;
-	char *tmp = xmallocarray(1, rb);
+	size_t rb = (size_t)c->dim * 4, i, k, n;
+	size_t *order = xmallocarray(c->res_n, sizeof(*order));
 
-	/* Insertion sort by row number, moving rows and labels along. */
-	for (i = 1; i < c->res_n; i++) {
-		uint64_t key = c->res_row[i];
-		char *lab = c->res_lab[i];
-
-		memcpy(tmp, row_at(c, c->res, i), rb);
-		for (j = i; j > 0 && c->res_row[j - 1] > key; j--) {
-			c->res_row[j] = c->res_row[j - 1];
-			c->res_lab[j] = c->res_lab[j - 1];
-			memcpy(row_at(c, c->res, j), row_at(c, c->res, j - 1),
-			    rb);
+	for (i = 0; i < c->res_n; i++)
+		order[i] = i;
+	sort_rows = c->res_row;
+	qsort(order, c->res_n, sizeof(*order), by_row);
+	for (i = 0; i < c->res_n; i += n) {
+		n = c->res_n - i < c->chunk ? c->res_n - i : c->chunk;
+		for (k = 0; k < n; k++) {
+			memcpy(row_at(c, c->rows, k),
+			    row_at(c, c->res, order[i + k]), rb);
+			if (c->lab != NULL)
+				c->lab[k] = c->res_lab[order[i + k]];
 		}
-		c->res_row[j] = key;
-		c->res_lab[j] = lab;
-		memcpy(row_at(c, c->res, j), tmp, rb);
-	}
-	for (i = 0; i < c->res_n; i += c->chunk) {
-		size_t k = c->res_n - i < c->chunk ? c->res_n - i : c->chunk;
-
-		write_rows(c, row_at(c, c->res, i),
-		    (const char **)c->res_lab + i, k);
+		write_rows(c, c->rows, c->lab, n);
 	}
 	for (i = 0; i < c->res_n; i++)
 		free(c->res_lab[i]);
-	free(tmp);
+	free(order);
 }
 
 /*

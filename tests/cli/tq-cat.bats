@@ -351,3 +351,14 @@ labels_of() { "$TQ_BIN/tq-cat" --labels -f text "$@" | cut -d' ' -f1; }
 		    { echo "no line for $opt" >&2; false; }
 	done
 }
+
+@test "tq-cat: slices and samples across read chunks (1024 rows of dim 1024)" {
+	# Zero rows: only the labels, the row numbers, tell them apart.
+	"$PY" -c 'import struct, sys; sys.stdout.buffer.write(struct.pack("<II", 1024, 2500) + bytes(1024 * 2500 * 4))' >z.bin
+	assert_equal "$(labels_of --rows 1000:2100 <(cat z.bin) | tr '\n' ' ')" "$(seq 1000 2099 | tr '\n' ' ')"
+	assert_equal "$(labels_of --rows 1000:2100 z.bin | tr '\n' ' ')" "$(seq 1000 2099 | tr '\n' ' ')"
+	assert_equal "$(labels_of --sample 600 --seed 9 z.bin)" "$(ref_sample S 600 9 0 2500)"
+	assert_equal "$(labels_of --sample 600 --seed 9 <(cat z.bin))" "$(ref_sample R 600 9 0 2500)"
+	assert_equal "$(labels_of --sample 600 --seed 9 --rows 700: <(cat z.bin))" \
+	    "$(ref_sample R 600 9 700 2500)"
+}
