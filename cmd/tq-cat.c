@@ -332,7 +332,9 @@ take(struct cat *c, size_t n, uint64_t rowno0)
 
 /*
  * The labels of the n rows of the last read from its row `skip` on: the
- * input's own, or the rows' numbers in the whole sequence.
+ * input's own, or the rows' numbers in the whole sequence.  The readers
+ * of labelled text (GloVe, a label column) define TQ_HAVE_READER_LABELS
+ * in tq.h with tq_reader_has_labels() and tq_reader_label().
  */
 static void
 label_rows(struct cat *c, struct tq_reader *r, size_t skip, size_t n,
@@ -390,7 +392,7 @@ cat_input(struct cat *c, const char *path, struct tq_reader *r, uint64_t off)
 	}
 	for (;;) {
 		if (o->end != NONE && row >= o->end)
-			return count >= 0 ? (uint64_t)count : NONE;
+			return NONE;
 		want = c->chunk;
 		if (o->end != NONE && o->end - row < want)
 			want = o->end - row;
