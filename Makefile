@@ -34,7 +34,7 @@ KERN_SRC = lib/kern/scan_scalar.c lib/kern/dot_scalar.c lib/kern/dispatch.c
 KERN_ISA = $(wildcard lib/kern/scan_avx2.c lib/kern/scan_avx512.c \
            lib/kern/scan_amx.c lib/kern/dot_avx2.c lib/kern/dot_avx512.c)
 LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/%.o) $(KERN_SRC:%.c=$(BUILD)/%.o) $(KERN_ISA:%.c=$(BUILD)/%.o)
-PROGS    = tq-fit tq-encode tq-build tq-search tq-merge tq-recall tq-inspect
+PROGS    = tq-fit tq-encode tq-build tq-search tq-merge tq-recall tq-inspect tq-cat
 PROG_BIN = $(PROGS:%=$(BUILD)/bin/%)
 CMD_COMMON = $(BUILD)/cmd/common.o
 UNIT_SRC = $(wildcard tests/unit/test_*.c)
@@ -54,6 +54,7 @@ $(BUILD)/%.o: %.c lib/tq.h lib/internal.h
 	$(Q)$(CC) $(ALL_CFLAGS) -c -o $@ $<
 
 $(BUILD)/lib/vecio.o $(BUILD)/lib/vecio_hdf5.o: lib/vecio_impl.h
+$(BUILD)/lib/vecio.o $(BUILD)/lib/vecwrite_fmt.o: lib/vecwrite_fmt.h
 
 # Each instruction-set kernel is compiled with its own flags; the rest of
 # the build stays baseline x86-64.

@@ -207,3 +207,12 @@ tq_normalise(const float *x, uint32_t dim, float *out)
 	}
 	return s;
 }
+
+void
+tq_normalize_rows(float *rows, size_t n, uint32_t dim)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		tq_normalise(rows + i * dim, dim, rows + i * dim);
+}

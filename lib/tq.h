@@ -191,15 +191,37 @@ enum tq_status tq_hdf5_attr_string(const char *path, const char *name,
  * Vector output.  A writer to a path writes a temporary file beside it and
  * renames it into place in tq_writer_commit() after fsync: the destination
  * is either untouched or complete.  "-" writes to standard output.
- * `n` is the row count if known, or TQ_COUNT_UNKNOWN (the fixture header is
- * then patched at commit, or for a pipe the rows are spooled first).
+ * `n` is the row count if known, or TQ_COUNT_UNKNOWN (the fixture or npy
+ * header is then patched at commit, or for a pipe the rows are spooled
+ * first).  The formats (specified in tq(5)):
+ *
+ *   TQ_VEC_FIXTURE  u32 dim, u32 n, then n*dim f32 (at most 2^32-1 rows)
+ *   TQ_VEC_FVECS    per row: i32 dim, dim f32
+ *   TQ_VEC_IVECS    per row: i32 dim, dim i32; from tq_writer_write_i32,
+ *                   or from floats that are whole and in int32 range
+ *   TQ_VEC_NPY      NumPy 1.0, '<f4', shape (n, dim), C order; the header
+ *                   is always 128 bytes whatever n
+ *   TQ_VEC_TEXT     one row a line, values printed "%.9g" (which gives
+ *                   every f32 back exactly) and separated by one space;
+ *                   with labels, the label first (GloVe's layout)
+ *   TQ_VEC_TSV      the same separated by tabs
+ *   TQ_VEC_CSV      the same separated by commas, no header line
+ *   TQ_VEC_BVECS    per row: i32 dim, dim u8; values must be whole, 0..255
+ *
+ * A value the format cannot hold (a fraction for ivecs or bvecs) fails
+ * the write with TQ_ERR_ARG and a detail naming its row and column.
  */
 #define TQ_COUNT_UNKNOWN UINT64_MAX
 
 enum tq_vecfmt {
 	TQ_VEC_FIXTURE = 0,
 	TQ_VEC_FVECS = 1,
-	TQ_VEC_IVECS = 2
+	TQ_VEC_IVECS = 2,
+	TQ_VEC_NPY = 3,
+	TQ_VEC_TEXT = 4,
+	TQ_VEC_TSV = 5,
+	TQ_VEC_CSV = 6,
+	TQ_VEC_BVECS = 7
 };
 
 struct tq_writer;
@@ -210,10 +232,25 @@ enum tq_status tq_writer_write(struct tq_writer *w, const float *rows,
 /* For TQ_VEC_IVECS. */
 enum tq_status tq_writer_write_i32(struct tq_writer *w, const int32_t *rows,
     size_t n);
+/*
+ * For the text formats: rows with a leading label column, labels[i] that
+ * of row i (copied; the caller keeps them).  A label must be non-empty
+ * and hold no line break nor the format's separator (for TQ_VEC_TEXT no
+ * blank at all; for TQ_VEC_CSV no quote either), else TQ_ERR_ARG.  Every
+ * row of a writer has a label or none does: the first write decides.
+ */
+enum tq_status tq_writer_write_labeled(struct tq_writer *w,
+    const float *rows, const char *const *labels, size_t n);
 /* Flushes, fsyncs, renames into place and frees w (also on failure). */
 enum tq_status tq_writer_commit(struct tq_writer *w);
 /* Discards the output (the destination keeps its old content); frees w. */
 void tq_writer_abort(struct tq_writer *w);
+
+/*
+ * Scales each of the n rows of dim floats to unit Euclidean length, in
+ * place; a zero row stays zero.  The normalisation the cosine metric uses.
+ */
+void tq_normalize_rows(float *rows, size_t n, uint32_t dim);
 
 /* ------------------------------------------------------------------------ */
 /* Quantizer                                                                 */

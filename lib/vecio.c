@@ -32,6 +32,7 @@
 
 #include "internal.h"
 #include "vecio_impl.h"
+#include "vecwrite_fmt.h"
 
 /* The byte source buffer; it must hold the largest row (8-byte values). */
 #define BUF_SIZE ((size_t)1 << 20)
@@ -1556,6 +1557,7 @@ struct tq_writer {
 	uint8_t *buf;
 	size_t len;
 	enum tq_status failed;
+	int labeled;		/* rows have labels: 1, none: 0, no row yet: -1 */
 };
 
 static enum tq_status
@@ -1685,13 +1687,6 @@ open_temp(struct tq_writer *w, const char *path)
 	return TQ_OK;
 }
 
-static void
-fixture_header(uint8_t hdr[8], uint32_t dim, uint64_t n)
-{
-	wr_le32(hdr, dim);
-	wr_le32(hdr + 4, (uint32_t)n);
-}
-
 /* Closes and removes what the writer made, and frees it. */
 static void
 w_free(struct tq_writer *w)
@@ -1718,19 +1713,19 @@ tq_writer_open(const char *path, enum tq_vecfmt fmt, uint32_t dim,
 {
 	struct tq_writer *w;
 	enum tq_status st;
-	uint8_t hdr[8];
+	uint8_t hdr[TQ_WFMT_HEADER_MAX];
+	size_t hlen;
 
 	*out = NULL;
 	if (path == NULL || *path == '\0')
 		return tq_fail(TQ_ERR_ARG, "no output file name");
-	if (fmt != TQ_VEC_FIXTURE && fmt != TQ_VEC_FVECS &&
-	    fmt != TQ_VEC_IVECS)
+	if (!tq_wfmt_known(fmt))
 		return tq_fail(TQ_ERR_ARG, "unknown vector format %d",
 		    (int)fmt);
 	if (dim < 1 || dim > TQ_MAX_DIM)
 		return tq_fail(TQ_ERR_ARG, "dimension %lu is not in 1..%u",
 		    (unsigned long)dim, TQ_MAX_DIM);
-	if (fmt == TQ_VEC_FIXTURE && n != TQ_COUNT_UNKNOWN && n > UINT32_MAX)
+	if (n != TQ_COUNT_UNKNOWN && n > tq_wfmt_max_rows(fmt))
 		return tq_fail(TQ_ERR_OVERFLOW, "a fixture holds at most "
 		    "%lu rows", (unsigned long)UINT32_MAX);
 	if ((w = calloc(1, sizeof(*w))) == NULL)
@@ -1739,6 +1734,7 @@ tq_writer_open(const char *path, enum tq_vecfmt fmt, uint32_t dim,
 	w->fmt = fmt;
 	w->dim = dim;
 	w->declared = n;
+	w->labeled = -1;
 	if ((w->buf = malloc(BUF_SIZE)) == NULL) {
 		w_free(w);
 		return tq_fail(TQ_ERR_NOMEM, "out of memory");
@@ -1761,7 +1757,7 @@ tq_writer_open(const char *path, enum tq_vecfmt fmt, uint32_t dim,
 		/* reported below */
 	} else if (strcmp(path, "-") == 0 || w->own_outfd) {
 		w->to_stdout = 1;
-		if (fmt == TQ_VEC_FIXTURE && n == TQ_COUNT_UNKNOWN) {
+		if (tq_wfmt_counted(fmt) && n == TQ_COUNT_UNKNOWN) {
 			w->spool = 1;
 			st = open_spool(&w->fd);
 		} else {
@@ -1771,10 +1767,11 @@ tq_writer_open(const char *path, enum tq_vecfmt fmt, uint32_t dim,
 	} else {
 		st = open_temp(w, path);
 	}
-	/* A fixture of unknown length gets its count at commit. */
-	if (st == TQ_OK && fmt == TQ_VEC_FIXTURE && !w->spool) {
-		fixture_header(hdr, dim, n == TQ_COUNT_UNKNOWN ? 0 : n);
-		st = w_put(w, hdr, 8);
+	/* A header of unknown count gets its count at commit. */
+	if (st == TQ_OK && !w->spool) {
+		hlen = tq_wfmt_header(fmt, dim, n == TQ_COUNT_UNKNOWN ? 0 : n,
+		    hdr);
+		st = w_put(w, hdr, hlen);
 	}
 	if (st != TQ_OK) {
 		w_free(w);
@@ -1786,19 +1783,23 @@ tq_writer_open(const char *path, enum tq_vecfmt fmt, uint32_t dim,
 
 /* Checks a write of n rows before any byte of it is written. */
 static enum tq_status
-w_check(struct tq_writer *w, size_t n, int ints)
+w_check(struct tq_writer *w, size_t n, int ints, int labels)
 {
 	size_t elems;
 	uint64_t total;
 
 	if (w->failed != TQ_OK)
 		return tq_fail(w->failed, "an earlier write failed");
-	if (ints != (w->fmt == TQ_VEC_IVECS))
-		return tq_fail(TQ_ERR_ARG, ints ? "integer rows need an ivecs "
-		    "writer" : "an ivecs writer takes integer rows");
+	if (ints && w->fmt != TQ_VEC_IVECS)
+		return tq_fail(TQ_ERR_ARG, "integer rows need an ivecs writer");
+	if (labels && !tq_wfmt_is_text(w->fmt))
+		return tq_fail(TQ_ERR_ARG, "labels need a text writer");
+	if (w->labeled >= 0 && w->labeled != labels)
+		return tq_fail(TQ_ERR_ARG, labels ? "labelled rows after rows "
+		    "without labels" : "rows without labels after labelled rows");
 	if (ck_mul(n, w->dim, &elems) || ck_add64(w->written, n, &total))
 		return tq_fail(TQ_ERR_OVERFLOW, "too many rows");
-	if (w->fmt == TQ_VEC_FIXTURE && total > UINT32_MAX)
+	if (total > tq_wfmt_max_rows(w->fmt))
 		return tq_fail(TQ_ERR_OVERFLOW, "a fixture holds at most "
 		    "%lu rows", (unsigned long)UINT32_MAX);
 	if (w->declared != TQ_COUNT_UNKNOWN && total > w->declared)
@@ -1808,19 +1809,38 @@ w_check(struct tq_writer *w, size_t n, int ints)
 }
 
 static enum tq_status
-w_rows(struct tq_writer *w, const void *rows, size_t n)
+w_put_cb(void *w, const void *data, size_t n)
+{
+	return w_put(w, data, n);
+}
+
+/*
+ * Rows of 4-byte values copied as they are (fixture, npy, fvecs, ivecs
+ * from int32 rows) are written here; the others are encoded by
+ * tq_wfmt_rows (vecwrite_fmt.c), which checks them all first.
+ */
+static enum tq_status
+w_rows(struct tq_writer *w, const void *rows, const char *const *labels,
+    size_t n, int ints)
 {
 	const uint8_t *p = rows;
 	uint8_t pre[4];
 	size_t i, j, rowbytes = (size_t)w->dim * 4;
 	enum tq_status st = TQ_OK;
+	int bare = w->fmt == TQ_VEC_FIXTURE || w->fmt == TQ_VEC_NPY;
 
 	wr_le32(pre, w->dim);
-	if (w->fmt == TQ_VEC_FIXTURE && HOST_LE) {
+	if (!bare && w->fmt != TQ_VEC_FVECS && !ints) {
+		st = tq_wfmt_rows(w->fmt, w->dim, rows, labels, n, w->written,
+		    w_put_cb, w);
+		/* A refused row leaves nothing half-written behind. */
+		if (st == TQ_ERR_ARG)
+			return st;
+	} else if (bare && HOST_LE) {
 		st = w_put(w, p, n * rowbytes);
 	} else {
 		for (i = 0; i < n && st == TQ_OK; i++, p += rowbytes) {
-			if (w->fmt != TQ_VEC_FIXTURE)
+			if (!bare)
 				st = w_put(w, pre, 4);
 			if (HOST_LE) {
 				if (st == TQ_OK)
@@ -1837,37 +1857,48 @@ w_rows(struct tq_writer *w, const void *rows, size_t n)
 			}
 		}
 	}
-	if (st != TQ_OK)
+	if (st != TQ_OK) {
 		w->failed = st;
-	else
+	} else {
 		w->written += n;
+		w->labeled = labels != NULL;
+	}
 	return st;
 }
 
 enum tq_status
 tq_writer_write(struct tq_writer *w, const float *rows, size_t n)
 {
-	TQ_TRY(w_check(w, n, 0));
+	TQ_TRY(w_check(w, n, 0, 0));
 	TQ_TRY(tq_vec_check_finite(rows, n, w->dim, w->written));
-	return w_rows(w, rows, n);
+	return w_rows(w, rows, NULL, n, 0);
 }
 
 enum tq_status
 tq_writer_write_i32(struct tq_writer *w, const int32_t *rows, size_t n)
 {
-	TQ_TRY(w_check(w, n, 1));
-	return w_rows(w, rows, n);
+	TQ_TRY(w_check(w, n, 1, 0));
+	return w_rows(w, rows, NULL, n, 1);
 }
 
-/* Copies the spool to standard output behind the fixture header. */
+enum tq_status
+tq_writer_write_labeled(struct tq_writer *w, const float *rows,
+    const char *const *labels, size_t n)
+{
+	TQ_TRY(w_check(w, n, 0, labels != NULL));
+	TQ_TRY(tq_vec_check_finite(rows, n, w->dim, w->written));
+	return w_rows(w, rows, labels, n, 0);
+}
+
+/* Copies the spool to standard output behind the header. */
 static enum tq_status
 w_unspool(struct tq_writer *w)
 {
-	uint8_t hdr[8];
-	size_t got;
+	uint8_t hdr[TQ_WFMT_HEADER_MAX];
+	size_t got, hlen;
 
-	fixture_header(hdr, w->dim, w->written);
-	TQ_TRY(write_all(w->outfd, hdr, 8));
+	hlen = tq_wfmt_header(w->fmt, w->dim, w->written, hdr);
+	TQ_TRY(write_all(w->outfd, hdr, hlen));
 	if (lseek(w->fd, 0, SEEK_SET) != 0)
 		return tq_fail(TQ_ERR_IO, "seek: %s", strerror(errno));
 	for (;;) {
@@ -1901,7 +1932,8 @@ fsync_dir(const char *dir)
 static enum tq_status
 w_commit(struct tq_writer *w)
 {
-	uint8_t hdr[8];
+	uint8_t hdr[TQ_WFMT_HEADER_MAX];
+	size_t hlen;
 	int fd;
 
 	if (w->failed != TQ_OK)
@@ -1912,11 +1944,11 @@ w_commit(struct tq_writer *w)
 		    "declared", (ull)w->written, (ull)w->declared);
 	if (w->to_stdout)
 		return w->spool ? w_unspool(w) : TQ_OK;
-	if (w->fmt == TQ_VEC_FIXTURE && w->declared == TQ_COUNT_UNKNOWN) {
-		fixture_header(hdr, w->dim, w->written);
-		ssize_t k = pwrite(w->fd, hdr, 8, 0);
+	if (tq_wfmt_counted(w->fmt) && w->declared == TQ_COUNT_UNKNOWN) {
+		hlen = tq_wfmt_header(w->fmt, w->dim, w->written, hdr);
+		ssize_t k = pwrite(w->fd, hdr, hlen, 0);
 
-		if (k != 8) {
+		if (k < 0 || (size_t)k != hlen) {
 			if (k >= 0)
 				errno = EIO;
 			return tq_fail(TQ_ERR_IO, "write: %s",

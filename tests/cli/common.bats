@@ -1,9 +1,9 @@
 #!/usr/bin/env bats
-# Behaviour shared by all seven programs: --help, --version, usage errors.
+# Behaviour shared by all the programs: --help, --version, usage errors.
 
 load helpers
 
-PROGS="tq-fit tq-encode tq-build tq-search tq-merge tq-recall tq-inspect"
+PROGS="tq-fit tq-encode tq-build tq-search tq-merge tq-recall tq-inspect tq-cat"
 
 # The SYNOPSIS of each program as the man pages give it, whitespace collapsed.
 synopsis() {
@@ -15,10 +15,12 @@ synopsis() {
 	tq-merge) echo 'tq-merge (-m metric | -q quantizer) [-k k] [-o output] [--format tsv|json|ivecs] result ...' ;;
 	tq-recall) echo 'tq-recall --truth [-k k] [-m metric] [--threads n] [--dataset name] -o truth corpus queries tq-recall [--json] results truth tq-recall (--hdf5 file | --corpus file --queries file) [-b bits] [-m metric] [-s seed] [-k k] [--oversample list] [--threads n] [--no-centre] [--lists n|auto] [--probes list] [--sweep param=list] [--queries-limit n] [--json]' ;;
 	tq-inspect) echo 'tq-inspect [--json] [--verify] file tq-inspect --cpu' ;;
+	tq-cat) echo 'tq-cat [-f format] [-o output] [--rows a:b] [--sample n [--seed s]] [--normalize] [--labels] [--dataset name] [input ...]' ;;
 	esac
 }
 
-normalise() { sed 's/^usage: //; s/^ *usage: //' | tr -s ' \t\n' ' ' | sed 's/^ //; s/ $//'; }
+# The usage of a --help, up to the option lines that may follow a blank line.
+normalise() { sed '/^$/,$d; s/^usage: //; s/^ *usage: //' | tr -s ' \t\n' ' ' | sed 's/^ //; s/ $//'; }
 
 check_help() {
 	local p=$1 opt

@@ -606,3 +606,43 @@ tqfile_cases() {
 	[[ "not in [-1, 1]?" == $g ]]
 	[[ "not in -1?" != $g ]]
 }
+
+@test "tq-cat: every message under DIAGNOSTICS" {
+	reader_cases tq-cat -o out.bin {}
+	expect 1 "FILE: dimension D does not match the first input's (E)" \
+	    "c8.bin: dimension 8 does not match the first input's (16)" \
+	    tq-cat -o out.bin c.bin c8.bin
+	expect 1 'FILE: row R, column C: value V is not an int32' \
+	    'out.ivecs: row 0, column 0: value * is not an int32' \
+	    tq-cat -o out.ivecs c.bin
+	expect 1 'FILE: row R, column C: value V is not a byte (0..255)' \
+	    'out.bvecs: row 0, column 0: value * is not a byte (0..255)' \
+	    tq-cat -o out.bvecs c.bin
+
+	expect 2 "format 'NAME' is not one of fixture, fvecs, ivecs, bvecs, npy, text, tsv, csv" \
+	    "format 'f32' is not one of fixture, fvecs, ivecs, bvecs, npy, text, tsv, csv" \
+	    tq-cat -f f32 c.bin
+	expect 2 "rows 'ARG' is not a:b" "rows '10' is not a:b" \
+	    tq-cat --rows 10 c.bin
+	expect 2 "rows 'ARG': the end is before the start" \
+	    "rows '20:10': the end is before the start" tq-cat --rows 20:10 c.bin
+	expect 2 "rows start 'ARG' is not a number" \
+	    "rows start '-5' is not a number" tq-cat --rows -5: c.bin
+	expect 2 "rows end 'ARG' is not a number" \
+	    "rows end '1x' is not a number" tq-cat --rows :1x c.bin
+	expect 2 "sample 'ARG' is not a number" "sample 'ten' is not a number" \
+	    tq-cat --sample ten c.bin
+	expect 2 "sample 'ARG' out of range LO..HI" \
+	    "sample '0' out of range 1..18446744073709551614" \
+	    tq-cat --sample 0 c.bin
+	expect 2 "seed 'ARG' is not a number" "seed '0x10' is not a number" \
+	    tq-cat --sample 5 --seed 0x10 c.bin
+	expect 2 '--seed needs --sample' '--seed needs --sample' \
+	    tq-cat --seed 5 c.bin
+	expect 2 '--labels needs a text output format (text, tsv, csv)' \
+	    '--labels needs a text output format (text, tsv, csv)' \
+	    tq-cat --labels -o out.npy c.bin
+	all_seen tq-cat
+	[ ! -e out.bin ] && [ ! -e out.ivecs ] && [ ! -e out.bvecs ] &&
+	    [ ! -e out.npy ]
+}

@@ -112,6 +112,11 @@ check() {
 	vec_files | check refuse tq-fit -i {} -o out.tq
 }
 
+@test "malformed vector files: tq-cat refuses each with the reader's detail" {
+	[ -n "$(vec_files)" ] || skip "no tests/malformed/vec files"
+	vec_files | check refuse tq-cat -o out.bin {}
+}
+
 @test "malformed vector files: tq-build -q refuses each" {
 	[ -n "$(vec_files)" ] || skip "no tests/malformed/vec files"
 	vec_files | cut -f1 | check refuse tq-build -q "$F/good.tq" -o out.tqi {}
