@@ -239,6 +239,8 @@ install: all
 	install -m 644 man/*.1 $(DESTDIR)$(MANDIR)/man1
 	install -m 644 man/tq.5 $(DESTDIR)$(MANDIR)/man5
 	install -m 644 man/tq-slurm.7 $(DESTDIR)$(MANDIR)/man7
+	install -m 644 completions/tq $(DESTDIR)$(BASHCOMPDIR)/tq
+	for p in $(PROGS); do ln -sf tq $(DESTDIR)$(BASHCOMPDIR)/$$p; done
 
 uninstall:
 	rm -f $(PROGS:%=$(DESTDIR)$(BINDIR)/%) $(DESTDIR)$(LIBDIR)/libtq.a \
