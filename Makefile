@@ -230,7 +230,7 @@ install: all
 	    $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man7
 	install -m 755 $(PROG_BIN) $(DESTDIR)$(BINDIR)
 	install -m 644 $(LIBA) $(DESTDIR)$(LIBDIR)
-	install -m 755 $(LIBSO) $(DESTDIR)$(LIBDIR)
+	install -m 644 $(LIBSO) $(DESTDIR)$(LIBDIR)
 	ln -sf $(SOREAL) $(DESTDIR)$(LIBDIR)/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libtq.so
 	install -m 644 lib/tq.h $(DESTDIR)$(INCDIR)

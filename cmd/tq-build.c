@@ -26,7 +26,7 @@ static const char help_str[] =
     "  -h, --help            print this help and exit\n"
     "      --lists n|auto    when fitting, also fit n lists: an IVF index\n"
     "      --memory MiB      IVF: encoded vectors reordered at once (default 256)\n"
-    "      --dup-ratio r     most a copy's list may be farther (default 1.2)\n"
+    "      --dup-ratio r     copies to lists at most r times as far (default 1.2)\n"
     "      --dups m          IVF: store each vector in up to m lists (default 1)\n"
     "      --ids file        external ids, one per corpus row (text or .u64)\n"
     "  -m metric             the metric when fitting: l2, ip or cosine (default l2)\n"

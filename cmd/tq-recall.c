@@ -45,7 +45,7 @@ static const char help_str[] =
     "      --queries file    the queries of an evaluation\n"
     "      --queries-limit n  use only the first n queries (default all)\n"
     "  -s seed               rotation seed of the evaluated quantizer (default 42)\n"
-    "      --sweep param=list  probes=list or oversample=list\n"
+    "      --sweep param=list  evaluate probes=list or oversample=list\n"
     "      --threads n       threads for brute force and searches (default 0: all)\n"
     "      --truth           compute ground truth\n"
     "  -V, --version         print the version and exit\n";

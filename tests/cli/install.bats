@@ -28,7 +28,8 @@ setup_file() {
 		export SKIP_INSTALL="sanitizer build"
 		return
 	fi
-	make -C "$TOP" -s --no-print-directory BUILD="$build" \
+	# Run by "make check", but not one of its sub-makes: no jobserver.
+	MAKEFLAGS= make -C "$TOP" -s --no-print-directory BUILD="$build" \
 	    DESTDIR="$D" PREFIX="$PREFIX" install >/dev/null
 	# pkg-config puts the sysroot before every -I and -L, the system
 	# libraries' too; the sysroot's /usr is this machine's.
@@ -139,7 +140,7 @@ check_nearest() {
 
 	build=$(build_dir)
 	cp -a "$D" "$BATS_TEST_TMPDIR/dest"
-	make -C "$TOP" -s --no-print-directory BUILD="$build" \
+	MAKEFLAGS= make -C "$TOP" -s --no-print-directory BUILD="$build" \
 	    DESTDIR="$BATS_TEST_TMPDIR/dest" PREFIX="$PREFIX" uninstall
 	assert_equal "$(cd "$BATS_TEST_TMPDIR/dest" && find . ! -type d | sort)" "./usr"
 }
