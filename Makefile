@@ -1,5 +1,19 @@
-# tq - one non-recursive Makefile.  Targets: all check check-asan check-slurm
-# install clean.
+# tq - one non-recursive Makefile.
+#
+# Targets:
+#   all            the programs (build/bin/, symlinked in bin/), the static
+#                  and shared libraries (build/lib/, copied to lib/) and
+#                  build/libtq.pc
+#   check          unit tests, CLI tests (bats), fuzz corpora replay
+#   check-asan     the same under AddressSanitizer and UBSan (build-asan/)
+#   check-slurm    the sharded pipeline through a one-node Slurm cluster
+#   check-valgrind the unit tests under valgrind
+#   fuzz fuzz-run  libFuzzer targets (build-fuzz/), see below
+#   man-lint       mandoc -Tlint on the man pages
+#   install        PREFIX, DESTDIR, BINDIR, LIBDIR, INCDIR, MANDIR,
+#                  PKGCONFIGDIR, BASHCOMPDIR
+#   uninstall      removes what install installed
+#   clean
 # V=1 shows the commands.
 
 PREFIX  ?= /usr/local
@@ -7,7 +21,15 @@ BINDIR  ?= $(PREFIX)/bin
 LIBDIR  ?= $(PREFIX)/lib
 INCDIR  ?= $(PREFIX)/include
 MANDIR  ?= $(PREFIX)/share/man
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+BASHCOMPDIR  ?= $(PREFIX)/share/bash-completion/completions
 DESTDIR ?=
+
+# The library's version, from the header; the soname carries the major.
+VERSION := $(shell sed -n 's/^\#define TQ_VERSION_STRING "\(.*\)"/\1/p' lib/tq.h)
+SOMAJOR  = $(firstword $(subst ., ,$(VERSION)))
+SONAME   = libtq.so.$(SOMAJOR)
+SOREAL   = libtq.so.$(VERSION)
 
 CC      ?= cc
 PKGS     = hdf5 openblas lapacke libzstd libxxhash
@@ -40,13 +62,20 @@ CMD_COMMON = $(BUILD)/cmd/common.o
 UNIT_SRC = $(wildcard tests/unit/test_*.c)
 UNIT_BIN = $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 LIBA     = $(BUILD)/lib/libtq.a
+LIBSO    = $(BUILD)/lib/$(SOREAL)
+PC       = $(BUILD)/libtq.pc
 
-all: $(LIBA) $(PROG_BIN) lib/libtq.a
+all: $(LIBA) $(LIBSO) $(PROG_BIN) lib/libtq.a lib/$(SOREAL) $(PC)
 	@mkdir -p bin && for p in $(PROGS); do ln -sf ../$(BUILD)/bin/$$p bin/$$p; done
 
-# The library is also linked to lib/libtq.a as the product's documented path.
+# The libraries are also copied to lib/ (libtq.a, libtq.so.0.1.0 with its
+# links libtq.so.0 and libtq.so), the product's documented path.
 lib/libtq.a: $(LIBA)
 	$(Q)cp $(LIBA) $@
+
+lib/$(SOREAL): $(LIBSO)
+	$(Q)cp $(LIBSO) $@
+	$(Q)ln -sf $(SOREAL) lib/$(SONAME) && ln -sf $(SONAME) lib/libtq.so
 
 $(BUILD)/%.o: %.c lib/tq.h lib/internal.h
 	@mkdir -p $(dir $@)
@@ -55,6 +84,13 @@ $(BUILD)/%.o: %.c lib/tq.h lib/internal.h
 
 $(BUILD)/lib/vecio.o $(BUILD)/lib/vecio_hdf5.o: lib/vecio_impl.h
 $(BUILD)/lib/vecio.o $(BUILD)/lib/vecwrite_fmt.o: lib/vecwrite_fmt.h
+
+# One set of library objects serves both libraries: position-independent
+# so that they can go into libtq.so, hidden unless lib/tq.h declares them,
+# and without semantic interposition so that calls between the library's
+# own functions are direct and may be inlined, as in a non-PIC build.
+LIB_CFLAGS = -fPIC -fvisibility=hidden -fno-semantic-interposition
+$(LIB_OBJ): ALL_CFLAGS += $(LIB_CFLAGS)
 
 # Each instruction-set kernel is compiled with its own flags; the rest of
 # the build stays baseline x86-64.
@@ -67,6 +103,27 @@ $(LIBA): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  AR      $@")
 	$(Q)rm -f $@ && $(AR) rcs $@ $^
+
+# The shared library exports the functions of lib/tq.h and nothing else:
+# the version script makes every other symbol local, and -z defs refuses
+# to link a library with an unresolved reference.
+$(LIBSO): $(LIB_OBJ) lib/libtq.map
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(ALL_CFLAGS) -shared -Wl,-soname,$(SONAME) \
+	    -Wl,--version-script=lib/libtq.map -Wl,-z,defs \
+	    -o $@ $(LIB_OBJ) $(LDLIBS)
+	$(Q)ln -sf $(SOREAL) $(BUILD)/lib/$(SONAME) && ln -sf $(SONAME) $(BUILD)/lib/libtq.so
+
+# libtq.pc for pkg-config; install writes it again for its own PREFIX.
+# LIBDIR and INCDIR are written relative to ${prefix} when they are in it.
+PC_SED = -e 's|@PREFIX@|$(PREFIX)|' \
+	 -e 's|@LIBDIR@|$(patsubst $(PREFIX)/%,$${prefix}/%,$(LIBDIR))|' \
+	 -e 's|@INCDIR@|$(patsubst $(PREFIX)/%,$${prefix}/%,$(INCDIR))|' \
+	 -e 's|@VERSION@|$(VERSION)|' -e 's|@PKGS@|$(PKGS)|'
+$(PC): lib/libtq.pc.in lib/tq.h Makefile
+	@mkdir -p $(dir $@)
+	$(Q)sed $(PC_SED) lib/libtq.pc.in >$@
 
 $(BUILD)/bin/%: $(BUILD)/cmd/%.o $(CMD_COMMON) $(LIBA)
 	@mkdir -p $(dir $@)
@@ -170,16 +227,33 @@ man-lint:
 
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCDIR) \
+	    $(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(BASHCOMPDIR) \
 	    $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man7
 	install -m 755 $(PROG_BIN) $(DESTDIR)$(BINDIR)
 	install -m 644 $(LIBA) $(DESTDIR)$(LIBDIR)
+	install -m 644 $(LIBSO) $(DESTDIR)$(LIBDIR)
+	ln -sf $(SOREAL) $(DESTDIR)$(LIBDIR)/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libtq.so
 	install -m 644 lib/tq.h $(DESTDIR)$(INCDIR)
+	sed $(PC_SED) lib/libtq.pc.in >$(DESTDIR)$(PKGCONFIGDIR)/libtq.pc
+	chmod 644 $(DESTDIR)$(PKGCONFIGDIR)/libtq.pc
 	install -m 644 man/*.1 $(DESTDIR)$(MANDIR)/man1
 	install -m 644 man/tq.5 $(DESTDIR)$(MANDIR)/man5
 	install -m 644 man/tq-slurm.7 $(DESTDIR)$(MANDIR)/man7
+	install -m 644 completions/tq $(DESTDIR)$(BASHCOMPDIR)/tq
+	for p in $(PROGS); do ln -sf tq $(DESTDIR)$(BASHCOMPDIR)/$$p; done
+
+uninstall:
+	rm -f $(PROGS:%=$(DESTDIR)$(BINDIR)/%) $(DESTDIR)$(LIBDIR)/libtq.a \
+	    $(DESTDIR)$(LIBDIR)/$(SOREAL) $(DESTDIR)$(LIBDIR)/$(SONAME) \
+	    $(DESTDIR)$(LIBDIR)/libtq.so $(DESTDIR)$(INCDIR)/tq.h \
+	    $(DESTDIR)$(PKGCONFIGDIR)/libtq.pc \
+	    $(DESTDIR)$(BASHCOMPDIR)/tq $(PROGS:%=$(DESTDIR)$(BASHCOMPDIR)/%) \
+	    $(patsubst man/%.1,$(DESTDIR)$(MANDIR)/man1/%.1,$(wildcard man/*.1)) \
+	    $(DESTDIR)$(MANDIR)/man5/tq.5 $(DESTDIR)$(MANDIR)/man7/tq-slurm.7
 
 clean:
-	rm -rf build build-asan bin lib/libtq.a
+	rm -rf build build-asan bin lib/libtq.a lib/libtq.so*
 
-.PHONY: all units test-build check check-asan check-slurm check-valgrind man-lint install clean
+.PHONY: all units test-build check check-asan check-slurm check-valgrind man-lint install uninstall clean
 .SECONDARY:

@@ -18,6 +18,7 @@
 
 static const char *prog = "tq";
 static const char *usage_text = "";
+static const char *help_text = "";
 
 struct cleanup {
 	void (*fn)(void *, int);
@@ -99,13 +100,14 @@ base_name(const char *path)
 }
 
 void
-cmd_init(char **argv, const char *usage)
+cmd_init(char **argv, const char *usage, const char *help)
 {
 	if (argv[0] != NULL && argv[0][0] != '\0')
 		prog = base_name(argv[0]);
 	/* glibc's getopt names argv[0] in its messages. */
 	argv[0] = (char *)prog;
 	usage_text = usage;
+	help_text = help;
 }
 
 const char *
@@ -117,7 +119,7 @@ progname(void)
 NORETURN void
 usage_help(void)
 {
-	printf("usage: %s\n", usage_text);
+	printf("usage: %s\n\n%s\nSee %s(1).\n", usage_text, help_text, prog);
 	finish_stdout();
 	exit(0);
 }

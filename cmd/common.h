@@ -15,14 +15,20 @@
 #define PRINTFLIKE(f, a) __attribute__((format(printf, f, a)))
 
 /*
- * Sets the program name (basename of argv0) and the usage text: the man
- * page SYNOPSIS, each line after the first already indented.  Also points
- * argv0 at the name so that getopt's own messages read "PROG: ...".
+ * Sets the program name (basename of argv0), the usage text and the help
+ * text.  The usage is the man page SYNOPSIS, each line after the first
+ * already indented.  The help has one line per option of the man page,
+ * "  -k, --long arg        what it does (default)\n", in the man page's
+ * order.  Also points argv0 at the name so that getopt's own messages read
+ * "PROG: ...".
  */
-void cmd_init(char **argv, const char *usage);
+void cmd_init(char **argv, const char *usage, const char *help);
 const char *progname(void);
 
-/* --help: usage to stdout, exit 0.  --version: "PROG 0.1.0", exit 0. */
+/*
+ * --help: the usage, a blank line, the help, a blank line and "See
+ * PROG(1)." on stdout, exit 0.  --version: "PROG 0.1.0", exit 0.
+ */
 NORETURN void usage_help(void);
 NORETURN void print_version(void);
 /* Usage error: "PROG: msg" (if fmt != NULL), the usage, exit 2. */

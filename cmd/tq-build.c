@@ -18,6 +18,30 @@ static const char usage_str[] =
     "       tq-build --compact [--threads n] [--memory MiB] [--no-wait] [-v]\n"
     "                [-o output] index";
 
+static const char help_str[] =
+    "      --append          add the vectors of corpus to index\n"
+    "  -b bits               bits per coordinate when fitting, 1 to 4 (default 4)\n"
+    "      --compact         rewrite index without its deleted vectors\n"
+    "      --delete ids      mark the vectors with these ids as deleted\n"
+    "      --dataset name    HDF5 dataset of the corpus (default train)\n"
+    "  -h, --help            print this help and exit\n"
+    "      --lists n|auto    when fitting, also fit n lists: an IVF index\n"
+    "      --memory MiB      IVF: encoded vectors reordered at once (default 256)\n"
+    "      --dup-ratio r     copies to lists at most r times as far (default 1.2)\n"
+    "      --dups m          IVF: store each vector in up to m lists (default 1)\n"
+    "      --ids file        external ids, one per corpus row (text or .u64)\n"
+    "  -m metric             the metric when fitting: l2, ip or cosine (default l2)\n"
+    "      --no-centre       when fitting, do not centre\n"
+    "  -o index              the index file to write\n"
+    "      --originals f32|f16|none\n"
+    "                        how to store the originals for re-rank (default f32)\n"
+    "  -q quantizer          encode with this quantizer (or an index's)\n"
+    "  -s seed               the rotation seed when fitting (default 42)\n"
+    "      --shard i/n       build only shard i of n of the corpus; needs -q\n"
+    "      --threads n       encoding threads (default 0: all cores)\n"
+    "  -V, --version         print the version and exit\n"
+    "  -v, --verbose         report progress and a summary on stderr\n";
+
 enum { OPT_APPEND = 256, OPT_COMPACT, OPT_DATASET, OPT_DELETE, OPT_DUP_RATIO,
     OPT_DUPS, OPT_IDS, OPT_LISTS, OPT_MAX_SEGMENTS, OPT_MEMORY, OPT_NO_CENTRE,
     OPT_NO_WAIT, OPT_ORIGINALS, OPT_REPLACE, OPT_SHARD, OPT_THREADS };
@@ -240,7 +264,7 @@ main(int argc, char *argv[])
 	int origopt = 0, dupopt = 0;
 	uint32_t shard = 0, nshards = 0;
 
-	cmd_init(argv, usage_str);
+	cmd_init(argv, usage_str, help_str);
 	tq_fit_params_default(&fp);
 	tq_build_params_default(&bp);
 	while ((ch = getopt_long(argc, argv, "b:hm:o:q:s:vV", longopts,

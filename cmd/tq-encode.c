@@ -12,6 +12,18 @@ static const char usage_str[] =
     "       tq-encode --decode -q quantizer [-i codes] [-o output] "
     "[--format fixture|fvecs]";
 
+static const char help_str[] =
+    "      --dataset name    HDF5 dataset of the input (default train)\n"
+    "      --decode          decode a code stream instead of encoding vectors\n"
+    "      --format fixture|fvecs\n"
+    "                        format of the decoded vectors (default fixture)\n"
+    "  -h, --help            print this help and exit\n"
+    "  -i input              vectors, or with --decode codes (default -: stdin)\n"
+    "  -o output             where to write (default -: stdout)\n"
+    "  -q quantizer          the quantizer, or an index whose quantizer is used\n"
+    "      --threads n       encoding threads (default 0: all cores)\n"
+    "  -V, --version         print the version and exit\n";
+
 enum { OPT_DATASET = 256, OPT_DECODE, OPT_FORMAT, OPT_THREADS };
 
 static const struct option longopts[] = {
@@ -206,7 +218,7 @@ main(int argc, char *argv[])
 	int ch, dec = 0, topt = 0;
 	unsigned threads = 0;
 
-	cmd_init(argv, usage_str);
+	cmd_init(argv, usage_str, help_str);
 	while ((ch = getopt_long(argc, argv, "hi:o:q:V", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 'h':

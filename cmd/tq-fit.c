@@ -13,6 +13,26 @@ static const char usage_str[] =
     "              [--lists n|auto] [--train n] [--iterations n]\n"
     "              (-d dim | -i corpus) -o quantizer";
 
+static const char help_str[] =
+    "  -b bits               bits per coordinate, 1 to 4 (default 4)\n"
+    "  -d dim                the vector dimension, 1 to 65536\n"
+    "      --dataset name    HDF5 dataset of the corpus (default train)\n"
+    "  -h, --help            print this help and exit\n"
+    "  -i corpus             fit the centre (and lists) to these vectors; - is stdin\n"
+    "  -m metric             l2, ip or cosine (default l2)\n"
+    "      --iterations n    most k-means iterations, 1 to 1000 (default 12)\n"
+    "      --lists n|auto    fit n coarse lists for IVF indexes; needs -i\n"
+    "      --no-centre       store a zero centre even with -i\n"
+    "  -o quantizer          the file to write\n"
+    "      --rotation auto|dense|structured\n"
+    "                        the kind of rotation (default auto)\n"
+    "      --rotation-block n  structured rotation, blocks about n wide (1-256)\n"
+    "  -s seed               the seed of the rotation (default 42)\n"
+    "      --sample n        read only the first n rows (default 0: all)\n"
+    "      --scale-search    encode by an exact search for each vector's scale\n"
+    "      --train n         k-means sample rows (default 128 a list)\n"
+    "  -V, --version         print the version and exit\n";
+
 enum { OPT_DATASET = 256, OPT_ITERATIONS, OPT_LISTS, OPT_NO_CENTRE,
     OPT_ROTATION, OPT_ROTATION_BLOCK, OPT_SAMPLE, OPT_SCALE_SEARCH,
     OPT_TRAIN };
@@ -44,7 +64,7 @@ main(int argc, char *argv[])
 	uint32_t dim = 0;
 	int ch;
 
-	cmd_init(argv, usage_str);
+	cmd_init(argv, usage_str, help_str);
 	tq_fit_params_default(&p);
 	while ((ch = getopt_long(argc, argv, "b:d:hi:m:o:s:V", longopts,
 	    NULL)) != -1) {

@@ -9,6 +9,13 @@ static const char usage_str[] =
     "tq-inspect [--json] [--verify] file\n"
     "       tq-inspect --cpu";
 
+static const char help_str[] =
+    "      --cpu             print the CPU features and the scan kernel chosen\n"
+    "  -h, --help            print this help and exit\n"
+    "      --json            print the description as one JSON object\n"
+    "  -V, --version         print the version and exit\n"
+    "      --verify          also check every section's checksum\n";
+
 enum { OPT_CPU = 256, OPT_JSON, OPT_VERIFY };
 
 static const struct option longopts[] = {
@@ -139,7 +146,7 @@ main(int argc, char *argv[])
 	enum tq_status st;
 	int ch, cpu = 0, json = 0, verify = 0;
 
-	cmd_init(argv, usage_str);
+	cmd_init(argv, usage_str, help_str);
 	while ((ch = getopt_long(argc, argv, "hV", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 'h':

@@ -23,6 +23,15 @@ static const char usage_str[] =
     "tq-merge (-m metric | -q quantizer) [-k k] [-o output]\n"
     "                [--format tsv|json|ivecs] result ...";
 
+static const char help_str[] =
+    "      --format tsv|json|ivecs  the output format (default tsv)\n"
+    "  -h, --help            print this help and exit\n"
+    "  -k k                  results per query (default: as many as the inputs have)\n"
+    "  -m metric             the metric of the search: l2, ip or cosine\n"
+    "  -o output             where to write the merged results (default -: stdout)\n"
+    "  -q quantizer          take the metric from this quantizer or index\n"
+    "  -V, --version         print the version and exit\n";
+
 enum { OPT_FORMAT = 256 };
 
 static const struct option longopts[] = {
@@ -471,7 +480,7 @@ main(int argc, char *argv[])
 	size_t i, k = 0, kin = 0, n;
 	int ch, mset = 0, nstdin = 0;
 
-	cmd_init(argv, usage_str);
+	cmd_init(argv, usage_str, help_str);
 	while ((ch = getopt_long(argc, argv, "hk:m:o:q:V", longopts,
 	    NULL)) != -1) {
 		switch (ch) {

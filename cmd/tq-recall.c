@@ -28,6 +28,28 @@ static const char usage_str[] =
     "[--sweep param=list]\n"
     "                 [--queries-limit n] [--json]";
 
+static const char help_str[] =
+    "  -b bits               bits per coordinate of the evaluated index (default 4)\n"
+    "      --corpus file     the corpus of an evaluation\n"
+    "      --dataset name    with --truth, HDF5 dataset of corpus (default train)\n"
+    "  -h, --help            print this help and exit\n"
+    "      --hdf5 file       evaluate on an ann-benchmarks HDF5 file\n"
+    "      --json            print one JSON object instead of text\n"
+    "  -k k                  neighbours of the truth or of each search (default 100)\n"
+    "  -m metric             l2, ip or cosine (default l2, or the HDF5 file's)\n"
+    "      --lists n|auto    fit n lists and evaluate an IVF index\n"
+    "      --no-centre       evaluate a quantizer without centring\n"
+    "  -o truth              the ground-truth file to write\n"
+    "      --oversample list  oversampling factors to evaluate (default 1,4)\n"
+    "      --probes list     probes values to evaluate; needs --lists\n"
+    "      --queries file    the queries of an evaluation\n"
+    "      --queries-limit n  use only the first n queries (default all)\n"
+    "  -s seed               rotation seed of the evaluated quantizer (default 42)\n"
+    "      --sweep param=list  evaluate probes=list or oversample=list\n"
+    "      --threads n       threads for brute force and searches (default 0: all)\n"
+    "      --truth           compute ground truth\n"
+    "  -V, --version         print the version and exit\n";
+
 enum { OPT_CORPUS = 256, OPT_DATASET, OPT_HDF5, OPT_JSON, OPT_LISTS,
     OPT_NO_CENTRE, OPT_OVERSAMPLE, OPT_PROBES, OPT_QUERIES, OPT_QUERIES_LIMIT,
     OPT_SWEEP, OPT_THREADS, OPT_TRUTH };
@@ -774,7 +796,7 @@ main(int argc, char *argv[])
 	struct opts o;
 	int ch, truth = 0;
 
-	cmd_init(argv, usage_str);
+	cmd_init(argv, usage_str, help_str);
 	memset(&o, 0, sizeof(o));
 	o.bits = 4;
 	o.seed = 42;

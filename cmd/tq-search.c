@@ -12,6 +12,21 @@ static const char usage_str[] =
     "                 [--batch n] [--format tsv|json|ivecs] [--dataset name]\n"
     "                 [--allow ids] [--radius r] [--probes n] index";
 
+static const char help_str[] =
+    "      --allow ids       return only vectors whose id is in this file\n"
+    "      --dataset name    HDF5 dataset of the queries (default test)\n"
+    "      --format tsv|json|ivecs  the output format (default tsv)\n"
+    "  -h, --help            print this help and exit\n"
+    "  -i queries            the query vectors (default -: stdin)\n"
+    "  -k k                  results per query (default 10)\n"
+    "  -o output             where to write the results (default -: stdout)\n"
+    "      --oversample f    re-rank k*f candidates exactly (default 1: none)\n"
+    "      --probes n        IVF: lists scanned per query (default lists/16)\n"
+    "      --radius r        range search: every vector within r of each query\n"
+    "      --threads n       search threads, at most 1024 (default 0: all cores)\n"
+    "      --batch n         queries searched at a time, 1 to 65536 (default 4096)\n"
+    "  -V, --version         print the version and exit\n";
+
 enum { OPT_ALLOW = 256, OPT_BATCH, OPT_DATASET, OPT_FORMAT, OPT_OVERSAMPLE,
     OPT_PROBES, OPT_RADIUS, OPT_THREADS };
 
@@ -138,7 +153,7 @@ main(int argc, char *argv[])
 	static uint8_t *buf;
 	int ch, kset = 0, range = 0;
 
-	cmd_init(argv, usage_str);
+	cmd_init(argv, usage_str, help_str);
 	tq_search_params_default(&sp);
 	sp.k = 10;
 	sp.oversample = 1;

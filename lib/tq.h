@@ -26,6 +26,14 @@
 extern "C" {
 #endif
 
+/*
+ * The library is compiled with -fvisibility=hidden: what this header
+ * declares is what libtq.so exports, and nothing else (lib/libtq.map).
+ */
+#ifdef __GNUC__
+#pragma GCC visibility push(default)
+#endif
+
 #define TQ_VERSION_STRING "0.1.0"
 
 /* Largest supported vector dimension. */
@@ -661,6 +669,10 @@ const char *tq_kernel_name(void);
  * avx512f avx512bw avx512vl avx512vbmi avx512vnni"; "" if none.  Static.
  */
 const char *tq_cpu_features(void);
+
+#ifdef __GNUC__
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }

@@ -22,6 +22,9 @@ synopsis() {
 # The usage of a --help, up to the option lines that may follow a blank line.
 normalise() { sed '/^$/,$d; s/^usage: //; s/^ *usage: //' | tr -s ' \t\n' ' ' | sed 's/^ //; s/ $//'; }
 
+# The usage part of --help: the lines before the first blank one.
+help_usage() { printf '%s\n' "$1" | sed '/^$/,$d'; }
+
 check_help() {
 	local p=$1 opt
 	run --separate-stderr "$TQ_BIN/$p" "$2"
@@ -31,7 +34,8 @@ check_help() {
 	"usage: $p "*) ;;
 	*) echo "help does not start with 'usage: $p '" >&2; show; return 1 ;;
 	esac
-	assert_equal "$(printf '%s\n' "$output" | normalise)" "$(synopsis "$p")"
+	assert_equal "$(help_usage "$output" | normalise)" "$(synopsis "$p")"
+	assert_equal "${lines[${#lines[@]}-1]}" "See $p(1)."
 }
 
 check_version() {
@@ -46,7 +50,7 @@ check_man() {
 	syn=$(man_synopsis "$1")
 	[ -n "$syn" ] || skip "no man/$1.1 or no mandoc"
 	run --separate-stderr "$TQ_BIN/$1" --help
-	assert_equal "$(printf '%s\n' "$output" | normalise)" "$syn"
+	assert_equal "$(help_usage "$output" | normalise)" "$syn"
 }
 
 @test "--help prints the spec SYNOPSIS to stdout, exit 0" {
