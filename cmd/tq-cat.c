@@ -23,17 +23,17 @@ static const char usage_str[] =
 
 /* --help: the usage, then a line for each option. */
 static const char options_str[] =
-    "  --dataset name     HDF5 dataset of the inputs (default train)\n"
-    "  -f, --format fmt   fixture, fvecs, ivecs, bvecs, npy, text, tsv, csv\n"
-    "                     (default: from the -o suffix, else fixture)\n"
-    "  -h, --help         print this and exit\n"
-    "  --labels           text formats: a label column, the row number\n"
-    "  --normalize        scale each row to unit length\n"
-    "  -o output          where to write (default -, standard output)\n"
-    "  --rows a:b         rows a (included) to b (excluded); either empty\n"
-    "  --sample n         a seeded uniform sample of n rows, in order\n"
-    "  --seed s           seed of the sample (default 0)\n"
-    "  -V, --version      print the version and exit\n";
+    "      --dataset name    HDF5 dataset of the inputs (default train)\n"
+    "  -f, --format fmt      fixture, fvecs, ivecs, bvecs, npy, text, tsv\n"
+    "                        or csv (default: from the -o suffix, else fixture)\n"
+    "  -h, --help            print this help and exit\n"
+    "      --labels          text formats: a label column, the row number\n"
+    "      --normalize       scale each row to unit length\n"
+    "  -o output             where to write (default -, standard output)\n"
+    "      --rows a:b        rows a (included) to b (excluded); either empty\n"
+    "      --sample n        a seeded uniform sample of n rows, in order\n"
+    "      --seed s          seed of the sample (default 0)\n"
+    "  -V, --version         print the version and exit\n";
 
 enum { OPT_DATASET = 256, OPT_LABELS, OPT_NORMALIZE, OPT_ROWS, OPT_SAMPLE,
     OPT_SEED };
@@ -514,7 +514,7 @@ main(int argc, char *argv[])
 	o.out = "-";
 	o.end = NONE;
 	o.sample = NONE;
-	cmd_init(argv, usage_str);
+	cmd_init(argv, usage_str, options_str);
 	while ((ch = getopt_long(argc, argv, "f:ho:V", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 'f':
@@ -522,9 +522,7 @@ main(int argc, char *argv[])
 			o.fmt = parse_format(optarg);
 			break;
 		case 'h':
-			printf("usage: %s\n\n%s", usage_str, options_str);
-			finish_stdout();
-			return 0;
+			usage_help();
 		case 'o':
 			o.out = optarg;
 			break;

@@ -5,7 +5,7 @@
 
 load helpers
 
-PROGS="tq-fit tq-encode tq-build tq-search tq-merge tq-recall tq-inspect"
+PROGS="tq-fit tq-encode tq-build tq-search tq-merge tq-recall tq-inspect tq-cat"
 
 setup() {
 	# shellcheck source=../../completions/tq
@@ -64,7 +64,7 @@ comp_opts() {
 		    "$( (c_longopts "$p"; c_shortopts "$p") | sed 's/:$//' | LC_ALL=C sort)"
 	done
 	assert_equal "$(complete_words tq-search --ove)" "--oversample"
-	assert_equal "$(complete_words tq-build --no)" "--no-centre"
+	assert_equal "$(complete_words tq-build --no)" "$(printf '%s\n' --no-centre --no-wait)"
 	assert_equal "$(complete_words tq-inspect --v)" "$(printf '%s\n' --verify --version)"
 }
 

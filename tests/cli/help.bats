@@ -4,7 +4,7 @@
 
 load helpers
 
-PROGS="tq-fit tq-encode tq-build tq-search tq-merge tq-recall tq-inspect"
+PROGS="tq-fit tq-encode tq-build tq-search tq-merge tq-recall tq-inspect tq-cat"
 
 # The long options of a program's getopt_long table, one a line.
 longopts_of() {
