@@ -426,7 +426,7 @@ peers_read(const char *path, size_t *n)
 {
 	struct peer *v = NULL, p;
 	char *line = NULL, err[160];
-	size_t cap = 0, lcap = 0, lineno = 0;
+	size_t cap = 0, lcap = 0, lineno = 0, i, nsys = 0;
 	ssize_t len;
 	FILE *fp;
 	int r;
@@ -444,6 +444,11 @@ peers_read(const char *path, size_t *n)
 			die("%s: line %zu: %s", path, lineno, err);
 		if (r == 0)
 			continue;
+		for (i = 0; i < *n && strcmp(v[i].system, p.system) != 0; i++)
+			;
+		if (i == *n && ++nsys > PEERS_MAX_SYSTEMS)
+			die("%s: line %zu: more than %d systems", path, lineno,
+			    PEERS_MAX_SYSTEMS);
 		if (*n == cap) {
 			struct peer *nv;
 

@@ -34,9 +34,10 @@ void peer_free(struct peer *p);
 
 /*
  * Reads a whole peers file into a malloc'd array of *n (at least 1) peers.
- * Exits 1 with "FILE: line N: ERROR" for a bad line, "FILE: no points"
- * for a file without any.
+ * Exits 1 with "FILE: line N: ERROR" for a bad line or a system beyond
+ * the first PEERS_MAX_SYSTEMS, "FILE: no points" for a file without any.
  */
+#define PEERS_MAX_SYSTEMS	16
 struct peer *peers_read(const char *path, size_t *n);
 
 #endif /* TQ_CMD_PEERS_H */

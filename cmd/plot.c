@@ -505,21 +505,26 @@ static void
 legend(struct out *o, const struct plot *p, const struct frame *f,
     int nfront)
 {
-	double x = f->right + 18, y = f->top + 8;
-	size_t s;
+	double x = f->right + 18, y = f->top + 8, row = 19, fpx = LEGEND_PX;
+	size_t s, rows = p->nseries + (nfront > 0);
 
+	/* Many series: closer rows in a smaller font, all inside the frame. */
+	if (rows > 0 && row * (double)rows > f->bottom - f->top - 8) {
+		row = (f->bottom - f->top - 8) / (double)rows;
+		if (fpx > row * 0.7)
+			fpx = floor(row * 0.7 * 2) / 2;
+	}
 	out_printf(o, "<g font-family=\"%s\" fill=\"#222222\">\n", FONT);
-	for (s = 0; s < p->nseries; s++, y += 19) {
+	for (s = 0; s < p->nseries; s++, y += row) {
 		put_marker(o, s, x + 8, y);
 		out_printf(o, "\n");
-		put_label(o, x + 22, y + 4, LEGEND_PX, "start", "",
+		put_label(o, x + 22, y + fpx / 3, fpx, "start", "",
 		    p->series[s].name, LEGEND_CHARS);
 	}
 	if (nfront > 0) {
-		y += 4;
 		out_printf(o, "<path d=\"M%.1f %.1fh18\" stroke=\"#444444\" "
 		    "stroke-width=\"1.6\"/>\n", x - 1, y);
-		put_label(o, x + 22, y + 4, LEGEND_PX, "start", "",
+		put_label(o, x + 22, y + fpx / 3, fpx, "start", "",
 		    "Pareto frontier", 0);
 	}
 	out_printf(o, "</g>\n");
