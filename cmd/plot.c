@@ -261,15 +261,16 @@ cmp_dot_x(const void *a, const void *b)
 }
 
 /*
- * Marks the frontier of group g among dots[0..n) and draws it, in the
- * series' colour when the group is one series, else in dark grey.
+ * Marks the frontier of group g among dots[0..n) and draws it: solid dark
+ * grey for group 0 (the plot's own points), else dashed in the colour of
+ * the group's first series.
  */
 static void
 frontier(struct out *o, const struct plot *p, struct dot *dots, size_t n,
     int g)
 {
 	struct dot *d = xmallocarray(n > 0 ? n : 1, sizeof(*d));
-	size_t m = 0, i, first = SIZE_MAX, nser = 0;
+	size_t m = 0, i, first = SIZE_MAX;
 	double best = INFINITY;		/* pixel y: smaller is better */
 	int started = 0;
 
@@ -277,7 +278,6 @@ frontier(struct out *o, const struct plot *p, struct dot *dots, size_t n,
 		if (p->series[i].group == g) {
 			if (first == SIZE_MAX)
 				first = i;
-			nser++;
 		}
 	for (i = 0; i < n; i++)
 		if (p->series[dots[i].s].group == g)
@@ -295,8 +295,8 @@ frontier(struct out *o, const struct plot *p, struct dot *dots, size_t n,
 		if (!started) {
 			out_printf(o, "<path fill=\"none\" stroke=\"%s\" "
 			    "stroke-width=\"1.6\" stroke-opacity=\"0.8\"%s "
-			    "d=\"M", nser == 1 ? colours[(first + first /
-			    NCOLOURS) % NCOLOURS] : "#444444", nser == 1 ?
+			    "d=\"M", g != 0 ? colours[(first + first /
+			    NCOLOURS) % NCOLOURS] : "#444444", g != 0 ?
 			    " stroke-dasharray=\"5 3\"" : "");
 			started = 1;
 		} else

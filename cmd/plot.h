@@ -6,7 +6,7 @@
  * colour and marker per series, a label beside each point where it fits,
  * a legend, and the Pareto frontier of each group of series (the points
  * no other point of the group beats in both latency and recall) as a
- * line.
+ * line: solid for group 0, the plot's own, dashed for the others.
  * Text is drawn in the generic sans-serif family; nothing is external.
  */
 #ifndef TQ_CMD_PLOT_H

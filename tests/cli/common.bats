@@ -13,7 +13,7 @@ synopsis() {
 	tq-build) echo 'tq-build [-q quantizer | [-b bits] [-m metric] [-s seed] [--no-centre] [--lists n|auto]] [--ids file] [--originals f32|f16|none] [--threads n] [--memory MiB] [--dups m] [--dup-ratio r] [--dataset name] [--shard i/n] [-v] -o index corpus tq-build --append [--ids file] [--threads n] [--memory MiB] [--dataset name] [-v] [-o output] index corpus tq-build --delete ids [-v] [-o output] index tq-build --compact [--threads n] [--memory MiB] [-v] [-o output] index' ;;
 	tq-search) echo 'tq-search [-k k] [-i queries] [-o output] [--oversample f] [--threads n] [--batch n] [--format tsv|json|ivecs] [--dataset name] [--allow ids] [--radius r] [--probes n] index' ;;
 	tq-merge) echo 'tq-merge (-m metric | -q quantizer) [-k k] [-o output] [--format tsv|json|ivecs] result ...' ;;
-	tq-recall) echo 'tq-recall --truth [-k k] [-m metric] [--threads n] [--dataset name] -o truth corpus queries tq-recall [--json] results truth tq-recall (--hdf5 file | --corpus file --queries file) [-b bits] [-m metric] [-s seed] [-k k] [--oversample list] [--threads n] [--no-centre] [--lists n|auto] [--probes list] [--sweep param=list] [--queries-limit n] [--json]' ;;
+	tq-recall) echo 'tq-recall --truth [-k k] [-m metric] [--threads n] [--dataset name] -o truth corpus queries tq-recall [--json] results truth tq-recall (--hdf5 file | --corpus file --queries file) [-b bits] [-m metric] [-s seed] [-k k] [--oversample list] [--threads n] [--no-centre] [--lists n|auto] [--probes list] [--sweep param=list] [--queries-limit n] [--json] [--plot file] [--peers file] [--title text] tq-recall --plot file --peers file [-k k] [--title text]' ;;
 	tq-inspect) echo 'tq-inspect [--json] [--verify] file tq-inspect --cpu' ;;
 	esac
 }
