@@ -32,7 +32,13 @@ static const char *const colours[] = {
 	"#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9",
 	"#000000", "#8c564b",
 };
+/* The same hues darker, for labels: small text needs more contrast. */
+static const char *const text_colours[] = {
+	"#005a8c", "#a84400", "#00704f", "#9c4f82", "#9a6200", "#2a7fb0",
+	"#000000", "#6e4239",
+};
 #define NCOLOURS	(sizeof(colours) / sizeof(colours[0]))
+#define COLOUR(i)	(((i) + (i) / NCOLOURS) % NCOLOURS)
 #define NSHAPES		7
 
 struct box {
@@ -178,7 +184,7 @@ fmt_ms(char *buf, size_t len, double v)
 static void
 put_marker(struct out *o, size_t i, double x, double y)
 {
-	const char *c = colours[(i + i / NCOLOURS) % NCOLOURS];
+	const char *c = colours[COLOUR(i)];
 	char style[96];
 	double r = MARKER_R;
 
@@ -295,8 +301,8 @@ frontier(struct out *o, const struct plot *p, struct dot *dots, size_t n,
 		if (!started) {
 			out_printf(o, "<path fill=\"none\" stroke=\"%s\" "
 			    "stroke-width=\"1.6\" stroke-opacity=\"0.8\"%s "
-			    "d=\"M", g != 0 ? colours[(first + first /
-			    NCOLOURS) % NCOLOURS] : "#444444", g != 0 ?
+			    "d=\"M", g != 0 ?
+			    colours[COLOUR(first)] : "#444444", g != 0 ?
 			    " stroke-dasharray=\"5 3\"" : "");
 			started = 1;
 		} else
@@ -417,8 +423,9 @@ ranges(const struct plot *p, struct frame *f)
 	if (f->y0 < 0 && ymin >= 0)
 		f->y0 = 0;
 	f->y1 = ceil(ymax / step - 1e-9) * step;
-	if (f->y1 - ymax < 0.015 * (f->y1 - f->y0))	/* room for markers */
-		f->y1 += 0.03 * (f->y1 - f->y0);
+	/* Room above the top points for their markers and labels. */
+	if (f->y1 - ymax < 0.03 * (f->y1 - f->y0))
+		f->y1 = ymax + 0.045 * (f->y1 - f->y0);
 }
 
 static void
@@ -471,10 +478,10 @@ axes(struct out *o, const struct plot *p, const struct frame *f)
 			    buf, 0);
 		}
 
-	/* y ticks on the step's grid. */
-	dec = step >= 0.1 ? 1 : step >= 0.01 ? 2 : 3;
-	if (step == 0.25 || step == 0.05 || step == 0.005)
-		dec++;
+	/* y ticks on the step's grid, with the step's decimals. */
+	for (dec = 1; dec < 4 && fabs(step * pow(10, dec) -
+	    round(step * pow(10, dec))) > 1e-6; dec++)
+		;
 	for (v = f->y0; v <= f->y1 + 1e-9; v += step) {
 		y = px_y(f, v);
 		out_printf(o, "<path d=\"M%.1f %.1fH%.1f\" stroke=\"#e4e4e4\" "
@@ -501,12 +508,16 @@ axes(struct out *o, const struct plot *p, const struct frame *f)
 	out_printf(o, "</g>\n");
 }
 
+/*
+ * The legend right of the axes: each series' marker and name, then the
+ * frontier lines drawn (own: group 0's, peers: any other group's).
+ */
 static void
-legend(struct out *o, const struct plot *p, const struct frame *f,
-    int nfront)
+legend(struct out *o, const struct plot *p, const struct frame *f, int own,
+    int peers)
 {
 	double x = f->right + 18, y = f->top + 8, row = 19, fpx = LEGEND_PX;
-	size_t s, rows = p->nseries + (nfront > 0);
+	size_t s, rows = p->nseries + (own != 0) + (peers != 0);
 
 	/* Many series: closer rows in a smaller font, all inside the frame. */
 	if (rows > 0 && row * (double)rows > f->bottom - f->top - 8) {
@@ -521,11 +532,19 @@ legend(struct out *o, const struct plot *p, const struct frame *f,
 		put_label(o, x + 22, y + fpx / 3, fpx, "start", "",
 		    p->series[s].name, LEGEND_CHARS);
 	}
-	if (nfront > 0) {
+	if (own) {
 		out_printf(o, "<path d=\"M%.1f %.1fh18\" stroke=\"#444444\" "
 		    "stroke-width=\"1.6\"/>\n", x - 1, y);
 		put_label(o, x + 22, y + fpx / 3, fpx, "start", "",
 		    "Pareto frontier", 0);
+		y += row;
+	}
+	if (peers) {
+		out_printf(o, "<path d=\"M%.1f %.1fh18\" stroke=\"#444444\" "
+		    "stroke-width=\"1.6\" stroke-dasharray=\"5 3\"/>\n",
+		    x - 1, y);
+		put_label(o, x + 22, y + fpx / 3, fpx, "start", "",
+		    own ? "peers' frontiers" : "frontiers", 0);
 	}
 	out_printf(o, "</g>\n");
 }
@@ -538,7 +557,7 @@ plot_svg(struct out *out, const struct plot *p)
 	struct box *placed;
 	double lw = 0, w, tpx = 16;
 	size_t s, i, n = 0, np = 0, total = 0;
-	int g, nfront = 0, *groups;
+	int g, own = 0, peers = 0, *groups;
 	size_t ngroups = 0, k;
 
 	for (s = 0; s < p->nseries; s++) {
@@ -549,8 +568,8 @@ plot_svg(struct out *out, const struct plot *p)
 		if (w > lw)
 			lw = w;
 	}
-	if (lw < text_width("Pareto frontier", LEGEND_PX))
-		lw = text_width("Pareto frontier", LEGEND_PX);
+	if (lw < text_width("peers' frontiers", LEGEND_PX))
+		lw = text_width("peers' frontiers", LEGEND_PX);
 	ranges(p, &f);
 	f.left = 84;
 	f.top = 52;
@@ -607,7 +626,10 @@ plot_svg(struct out *out, const struct plot *p)
 		frontier(out, p, dots, n, g);
 	}
 	for (i = 0; i < n; i++)
-		nfront |= dots[i].front;
+		if (dots[i].front && p->series[dots[i].s].group == 0)
+			own = 1;
+		else if (dots[i].front)
+			peers = 1;
 
 	out_printf(out, "<g>\n");
 	for (i = 0; i < n; i++) {
@@ -625,14 +647,14 @@ plot_svg(struct out *out, const struct plot *p)
 		out_printf(out, ": recall %.4f, %.4g ms</title></g>\n", pt->y,
 		    pt->x);
 	}
-	out_printf(out, "</g>\n<g font-family=\"%s\" fill=\"#333333\">\n",
-	    FONT);
+	out_printf(out, "</g>\n<g font-family=\"%s\">\n", FONT);
 	qsort(dots, n, sizeof(*dots), cmp_dot_front);
 	for (i = 0; i < n; i++) {
 		const struct plot_point *pt =
 		    &p->series[dots[i].s].pts[dots[i].i];
 		const char *anchor;
 		double tx, ty;
+		char fill[32];
 
 		if (pt->label == NULL || pt->label[0] == '\0')
 			continue;
@@ -640,10 +662,12 @@ plot_svg(struct out *out, const struct plot *p)
 		    &ty, &anchor, &placed[np]))
 			continue;
 		np++;
-		put_label(out, tx, ty, LABEL_PX, anchor, "", pt->label, 0);
+		snprintf(fill, sizeof(fill), "fill=\"%s\"",
+		    text_colours[COLOUR(dots[i].s)]);
+		put_label(out, tx, ty, LABEL_PX, anchor, fill, pt->label, 0);
 	}
 	out_printf(out, "</g>\n");
-	legend(out, p, &f, nfront);
+	legend(out, p, &f, own, peers);
 	out_printf(out, "</svg>\n");
 	free(dots);
 	free(placed);

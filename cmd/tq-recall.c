@@ -1041,6 +1041,7 @@ main(int argc, char *argv[])
 			usage_help();
 		case 'k':
 			o.k = parse_u32(optarg, 1, 1000000, "k");
+			o.k_set = 1;
 			given(&o, "-k");
 			break;
 		case 'm':
