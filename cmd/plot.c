@@ -174,7 +174,10 @@ fmt_ms(char *buf, size_t len, double v)
 {
 	int dec = v >= 1 ? 0 : (int)-floor(log10(v) + 1e-9);
 
-	snprintf(buf, len, "%.*f", dec, v);
+	if (v >= 1e5 || v < 1e-4)
+		snprintf(buf, len, "%g", v);
+	else
+		snprintf(buf, len, "%.*f", dec, v);
 }
 
 /*
@@ -373,7 +376,7 @@ ranges(const struct plot *p, struct frame *f)
 	static const double steps[] = { 0.001, 0.002, 0.005, 0.01, 0.02,
 	    0.05, 0.1, 0.2, 0.25 };
 	double xmin = INFINITY, xmax = -INFINITY, ymin = INFINITY;
-	double ymax = 1, span, pad, step = 0.25;
+	double ymax = 1, span, pad, step = 0.25, lowest;
 	size_t s, i;
 
 	for (s = 0; s < p->nseries; s++)
@@ -398,17 +401,18 @@ ranges(const struct plot *p, struct frame *f)
 	}
 	f->lx0 = log10(xmin);
 	f->lx1 = log10(xmax);
-	if (f->lx1 - f->lx0 < 0.5) {
+	if (f->lx1 - f->lx0 < 1) {	/* at least a decade */
 		double mid = (f->lx0 + f->lx1) / 2;
 
-		f->lx0 = mid - 0.25;
-		f->lx1 = mid + 0.25;
+		f->lx0 = mid - 0.5;
+		f->lx1 = mid + 0.5;
 	}
 	pad = 0.07 * (f->lx1 - f->lx0);
 	f->lx0 -= pad;
 	f->lx1 += pad;
 
 	/* Recall from a little below the lowest point to 1 (or above). */
+	lowest = ymin;
 	span = ymax - ymin;
 	if (span < 0.01)
 		span = 0.01;
@@ -420,7 +424,7 @@ ranges(const struct plot *p, struct frame *f)
 		}
 	f->ystep = step;
 	f->y0 = floor(ymin / step + 1e-9) * step;
-	if (f->y0 < 0 && ymin >= 0)
+	if (f->y0 < 0 && lowest >= 0)
 		f->y0 = 0;
 	f->y1 = ceil(ymax / step - 1e-9) * step;
 	/* Room above the top points for their markers and labels. */
@@ -435,7 +439,7 @@ axes(struct out *o, const struct plot *p, const struct frame *f)
 		{ 1, 0 }, { 1, 2, 5, 0 }, { 1, 2, 3, 4, 5, 6, 7, 8, 9, 0 },
 	};
 	double step = f->ystep, v, x, y;
-	int e, m, set, nlab, dec;
+	int e, m, set, nlab, dec, every = 1;
 	char buf[32];
 
 	/* Labelled x ticks: decades, then 1-2-5 or every sub-decade when
@@ -452,11 +456,15 @@ axes(struct out *o, const struct plot *p, const struct frame *f)
 	}
 	if (set == 0 && f->lx1 - f->lx0 < 3)
 		set = 1;	/* a 1-2-5 grid reads better up to 3 decades */
+	/* Over many decades, labels at every few decades and no sub-ticks. */
+	if (f->lx1 - f->lx0 > 8)
+		every = (int)ceil((f->lx1 - f->lx0) / 8);
 	out_printf(o, "<g stroke=\"#888888\" stroke-width=\"1\">\n");
 	for (e = (int)floor(f->lx0); e <= (int)ceil(f->lx1); e++)
 		for (m = 1; m <= 9; m++) {
 			v = log10(m) + e;
-			if (v < f->lx0 || v > f->lx1)
+			if (v < f->lx0 || v > f->lx1 || (every > 1 &&
+			    (m > 1 || e % every != 0)))
 				continue;
 			x = px_x(f, pow(10, v));
 			out_printf(o, "<path d=\"M%.1f %.1fv%d\"/>\n", x,
@@ -467,7 +475,7 @@ axes(struct out *o, const struct plot *p, const struct frame *f)
 	for (e = (int)floor(f->lx0); e <= (int)ceil(f->lx1); e++)
 		for (m = 0; sets[set][m] != 0; m++) {
 			v = log10(sets[set][m]) + e;
-			if (v < f->lx0 || v > f->lx1)
+			if (v < f->lx0 || v > f->lx1 || e % every != 0)
 				continue;
 			x = px_x(f, pow(10, v));
 			out_printf(o, "<path d=\"M%.1f %.1fV%.1f\" stroke=\""
