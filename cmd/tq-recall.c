@@ -519,7 +519,7 @@ static void
 peer_series(const struct peer *pe, size_t npe, struct plot_series *ser,
     size_t *nser, struct plot_point *pts)
 {
-	size_t i, j, m = 0, first = *nser;
+	size_t i, j, t, m = 0, first = *nser;
 
 	for (i = 0; i < npe; i++) {
 		for (j = first; j < *nser && strcmp(ser[j].name,
@@ -531,7 +531,7 @@ peer_series(const struct peer *pe, size_t npe, struct plot_series *ser,
 		ser[j].group = (int)(j - first) + 1;
 		ser[j].pts = pts + m;
 		ser[j].n = 0;
-		for (size_t t = i; t < npe; t++)
+		for (t = i; t < npe; t++)
 			if (strcmp(pe[t].system, pe[i].system) == 0) {
 				pts[m].x = pe[t].p50_ms;
 				pts[m].y = pe[t].recall;
@@ -571,7 +571,7 @@ eval_plot(const struct opts *o, struct out *out, const char *title,
 	char (*names)[48] = xmallocarray(nruns + 1, sizeof(*names));
 	char ylabel[32];
 	struct plot pl;
-	size_t i, j, nser = 0, c = plot_cutoff(k);
+	size_t i, j, m = 0, nser = 0, c = plot_cutoff(k);
 
 	for (i = 0; i < nruns; i++) {
 		snprintf(names[i], sizeof(names[i]), "tq %u-bit o%g",
@@ -583,39 +583,29 @@ eval_plot(const struct opts *o, struct out *out, const char *title,
 		else
 			snprintf(labels[i], sizeof(labels[i]), "o%g",
 			    (double)runs[i].oversample);
-		pts[i].x = runs[i].p50;
-		pts[i].y = runs[i].recall[c];
-		pts[i].label = labels[i];
 	}
-	/* Runs come bits-major, then probes, then oversample: gather. */
-	{
-		struct plot_point *sorted = xmallocarray(nruns + 1,
-		    sizeof(*sorted));
-		size_t m = 0;
-
-		for (i = 0; i < nruns; i++) {
-			for (j = 0; j < nser && strcmp(ser[j].name, names[i]);
-			    j++)
-				;
-			if (j < nser)
-				continue;
-			ser[nser].name = names[i];
-			ser[nser].group = 0;
-			ser[nser].pts = sorted + m;
-			ser[nser].n = 0;
-			for (j = i; j < nruns; j++)
-				if (strcmp(names[j], names[i]) == 0) {
-					sorted[m++] = pts[j];
-					ser[nser].n++;
-				}
-			nser++;
-		}
-		memcpy(pts, sorted, nruns * sizeof(*pts));
-		for (i = 0; i < nser; i++)
-			ser[i].pts = pts + (ser[i].pts - sorted);
-		free(sorted);
+	/* One series per name, in the order the names first come. */
+	for (i = 0; i < nruns; i++) {
+		for (j = 0; j < nser && strcmp(ser[j].name, names[i]) != 0;
+		    j++)
+			;
+		if (j < nser)
+			continue;
+		ser[nser].name = names[i];
+		ser[nser].group = 0;
+		ser[nser].pts = pts + m;
+		ser[nser].n = 0;
+		for (j = i; j < nruns; j++)
+			if (strcmp(names[j], names[i]) == 0) {
+				pts[m].x = runs[j].p50;
+				pts[m].y = runs[j].recall[c];
+				pts[m].label = labels[j];
+				m++;
+				ser[nser].n++;
+			}
+		nser++;
 	}
-	peer_series(pe, npe, ser, &nser, pts + nruns);
+	peer_series(pe, npe, ser, &nser, pts + m);
 	snprintf(ylabel, sizeof(ylabel), "recall@%u", cutoffs[c]);
 	pl.title = o->title != NULL ? o->title : title;
 	pl.xlabel = XLABEL;
