@@ -644,16 +644,16 @@ plot_svg(struct out *out, const struct plot *p)
 		const struct plot_point *pt =
 		    &p->series[dots[i].s].pts[dots[i].i];
 
-		out_printf(out, "<g>");
-		put_marker(out, dots[i].s, dots[i].x, dots[i].y);
-		out_printf(out, "<title>");
+		/* The title first: browsers take a tooltip from there. */
+		out_printf(out, "<g><title>");
 		put_text(out, p->series[dots[i].s].name, 0);
 		if (pt->label != NULL) {
 			out_printf(out, " ");
 			put_text(out, pt->label, 0);
 		}
-		out_printf(out, ": recall %.4f, %.4g ms</title></g>\n", pt->y,
-		    pt->x);
+		out_printf(out, ": recall %.4f, %.4g ms</title>", pt->y, pt->x);
+		put_marker(out, dots[i].s, dots[i].x, dots[i].y);
+		out_printf(out, "</g>\n");
 	}
 	out_printf(out, "</g>\n<g font-family=\"%s\">\n", FONT);
 	qsort(dots, n, sizeof(*dots), cmp_dot_front);
