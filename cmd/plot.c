@@ -45,6 +45,11 @@ struct box {
 	double x0, y0, x1, y1;
 };
 
+/* A piece of a frontier line, in pixels. */
+struct seg {
+	double x0, y0, x1, y1;
+};
+
 struct frame {
 	double left, top, right, bottom;	/* the axes, in pixels */
 	double lx0, lx1;			/* log10 of the x range */
@@ -239,6 +244,38 @@ overlap(const struct box *a, const struct box *b)
 	    b->y0 < a->y1;
 }
 
+/* Whether segment s crosses box b (Liang-Barsky clipping). */
+static int
+seg_hits(const struct seg *s, const struct box *b)
+{
+	double dx = s->x1 - s->x0, dy = s->y1 - s->y0, t0 = 0, t1 = 1, r;
+	double pp[4] = { -dx, dx, -dy, dy };
+	double qq[4] = { s->x0 - b->x0, b->x1 - s->x0, s->y0 - b->y0,
+	    b->y1 - s->y0 };
+	int i;
+
+	for (i = 0; i < 4; i++) {
+		if (pp[i] == 0) {
+			if (qq[i] < 0)
+				return 0;
+			continue;
+		}
+		r = qq[i] / pp[i];
+		if (pp[i] < 0) {
+			if (r > t1)
+				return 0;
+			if (r > t0)
+				t0 = r;
+		} else {
+			if (r < t0)
+				return 0;
+			if (r < t1)
+				t1 = r;
+		}
+	}
+	return 1;
+}
+
 /* Every usable point of the plot, flattened, with its pixel position. */
 struct dot {
 	size_t s, i;		/* series and index in it */
@@ -272,15 +309,17 @@ cmp_dot_x(const void *a, const void *b)
 /*
  * Marks the frontier of group g among dots[0..n) and draws it: solid dark
  * grey for group 0 (the plot's own points), else dashed in the colour of
- * the group's first series.
+ * the group's first series.  Appends its pieces to segs[*nsegs] (room
+ * for n in all).
  */
 static void
 frontier(struct out *o, const struct plot *p, struct dot *dots, size_t n,
-    int g)
+    int g, struct seg *segs, size_t *nsegs)
 {
 	struct dot *d = xmallocarray(n > 0 ? n : 1, sizeof(*d));
 	size_t m = 0, i, first = SIZE_MAX;
 	double best = INFINITY;		/* pixel y: smaller is better */
+	double px = 0, py = 0;		/* the previous vertex */
 	int started = 0;
 
 	for (i = 0; i < p->nseries; i++)
@@ -301,6 +340,15 @@ frontier(struct out *o, const struct plot *p, struct dot *dots, size_t n,
 		for (j = 0; j < n; j++)
 			if (dots[j].s == d[i].s && dots[j].i == d[i].i)
 				dots[j].front = 1;
+		if (started) {
+			segs[*nsegs].x0 = px;
+			segs[*nsegs].y0 = py;
+			segs[*nsegs].x1 = d[i].x;
+			segs[*nsegs].y1 = d[i].y;
+			(*nsegs)++;
+		}
+		px = d[i].x;
+		py = d[i].y;
 		if (!started) {
 			out_printf(o, "<path fill=\"none\" stroke=\"%s\" "
 			    "stroke-width=\"1.6\" stroke-opacity=\"0.8\"%s "
@@ -319,13 +367,14 @@ frontier(struct out *o, const struct plot *p, struct dot *dots, size_t n,
 
 /*
  * Picks a place for the label of dot d: a box that stays inside the axes
- * and overlaps no marker and no placed label.  Returns 0 if none fits.
+ * and overlaps no marker, no placed label and none of segs[0..nsegs).
+ * Returns 0 if none fits.
  */
 static int
 place(const struct frame *f, const struct dot *dots, size_t n,
-    const struct box *placed, size_t nplaced, const struct dot *d,
-    const char *label, double *tx, double *ty, const char **anchor,
-    struct box *got)
+    const struct box *placed, size_t nplaced, const struct seg *segs,
+    size_t nsegs, const struct dot *d, const char *label, double *tx,
+    double *ty, const char **anchor, struct box *got)
 {
 	/* Offsets of the box's anchor point: right, left, above, below,
 	   then the four diagonals, then the same farther out. */
@@ -358,6 +407,8 @@ place(const struct frame *f, const struct dot *dots, size_t n,
 		}
 		for (j = 0; ok && j < nplaced; j++)
 			ok = !overlap(&b, &placed[j]);
+		for (j = 0; ok && j < nsegs; j++)
+			ok = !seg_hits(&segs[j], &b);
 		if (ok) {
 			*tx = x;
 			*ty = y;
@@ -563,10 +614,11 @@ plot_svg(struct out *out, const struct plot *p)
 	struct frame f;
 	struct dot *dots;
 	struct box *placed;
+	struct seg *segs;
 	double lw = 0, w, tpx = 16;
 	size_t s, i, n = 0, np = 0, total = 0;
 	int g, own = 0, peers = 0, *groups;
-	size_t ngroups = 0, k;
+	size_t ngroups = 0, k, nsegs = 0;
 
 	for (s = 0; s < p->nseries; s++) {
 		total += p->series[s].n;
@@ -586,6 +638,7 @@ plot_svg(struct out *out, const struct plot *p)
 
 	dots = xmallocarray(total > 0 ? total : 1, sizeof(*dots));
 	placed = xmallocarray(total > 0 ? total : 1, sizeof(*placed));
+	segs = xmallocarray(total > 0 ? total : 1, sizeof(*segs));
 	groups = xmallocarray(p->nseries > 0 ? p->nseries : 1,
 	    sizeof(*groups));
 	for (s = 0; s < p->nseries; s++) {
@@ -631,7 +684,7 @@ plot_svg(struct out *out, const struct plot *p)
 	/* Frontiers under the markers. */
 	for (k = 0; k < ngroups; k++) {
 		g = groups[k];
-		frontier(out, p, dots, n, g);
+		frontier(out, p, dots, n, g, segs, &nsegs);
 	}
 	for (i = 0; i < n; i++)
 		if (dots[i].front && p->series[dots[i].s].group == 0)
@@ -666,8 +719,11 @@ plot_svg(struct out *out, const struct plot *p)
 
 		if (pt->label == NULL || pt->label[0] == '\0')
 			continue;
-		if (!place(&f, dots, n, placed, np, &dots[i], pt->label, &tx,
-		    &ty, &anchor, &placed[np]))
+		/* Clear of the frontier lines if possible, else across them. */
+		if (!place(&f, dots, n, placed, np, segs, nsegs, &dots[i],
+		    pt->label, &tx, &ty, &anchor, &placed[np]) &&
+		    !place(&f, dots, n, placed, np, NULL, 0, &dots[i],
+		    pt->label, &tx, &ty, &anchor, &placed[np]))
 			continue;
 		np++;
 		snprintf(fill, sizeof(fill), "fill=\"%s\"",
@@ -679,5 +735,6 @@ plot_svg(struct out *out, const struct plot *p)
 	out_printf(out, "</svg>\n");
 	free(dots);
 	free(placed);
+	free(segs);
 	free(groups);
 }
