@@ -135,6 +135,13 @@ $(BUILD)/cmd/%.o: cmd/%.c lib/tq.h cmd/common.h
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(ALL_CFLAGS) -Icmd -c -o $@ $<
 
+# tq-recall --plot: the SVG writer and the --peers reader, objects of cmd/
+# that only tq-recall links.
+PLOT_OBJ = $(BUILD)/cmd/plot.o $(BUILD)/cmd/peers.o
+$(BUILD)/bin/tq-recall: $(PLOT_OBJ)
+$(BUILD)/cmd/plot.o $(BUILD)/cmd/tq-recall.o: cmd/plot.h
+$(BUILD)/cmd/peers.o $(BUILD)/cmd/tq-recall.o: cmd/peers.h
+
 $(BUILD)/tests/%: tests/unit/%.c tests/unit/unit.h $(LIBA)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LD      $@")
@@ -172,7 +179,7 @@ check-valgrind: all units
 # in build-fuzz/, and "make fuzz-run FUZZ_TARGET=NAME FUZZ_TIME=SECONDS"
 # runs one, growing a scratch corpus in build-fuzz/corpus/NAME/ seeded
 # from the committed one (new crashes land in build-fuzz/crash/NAME/).
-FUZZ_NAMES  = fixture vecs npy idx zstd ids quantizer index codes
+FUZZ_NAMES  = fixture vecs npy idx zstd ids quantizer index codes peers
 FUZZ_REPLAY = $(FUZZ_NAMES:%=$(BUILD)/fuzz/replay_%)
 FUZZ_CC    ?= clang
 FUZZ_OPT   ?= -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined,fuzzer-no-link \
@@ -189,6 +196,21 @@ $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h $(LIBA)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(ALL_CFLAGS) -fsanitize=fuzzer -Itests/fuzz -o $@ $< $(LIBA) $(LDLIBS)
+
+# The peers target parses with cmd/peers.c, which the library does not hold.
+$(BUILD)/fuzz/replay_peers: tests/fuzz/fuzz_peers.c tests/fuzz/replay.c tests/fuzz/fuzz.h \
+    $(BUILD)/cmd/peers.o $(CMD_COMMON) $(LIBA)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(ALL_CFLAGS) -Itests/fuzz -Icmd -o $@ $< tests/fuzz/replay.c \
+	    $(BUILD)/cmd/peers.o $(CMD_COMMON) $(LIBA) $(LDLIBS)
+
+$(BUILD)/fuzz/fuzz_peers: tests/fuzz/fuzz_peers.c tests/fuzz/fuzz.h $(BUILD)/cmd/peers.o \
+    $(CMD_COMMON) $(LIBA)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(ALL_CFLAGS) -fsanitize=fuzzer -Itests/fuzz -Icmd -o $@ $< \
+	    $(BUILD)/cmd/peers.o $(CMD_COMMON) $(LIBA) $(LDLIBS)
 
 fuzz-replay: $(FUZZ_REPLAY)
 	@for n in $(FUZZ_NAMES); do \

@@ -15,6 +15,8 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "peers.h"
+#include "plot.h"
 
 static const char usage_str[] =
     "tq-recall --truth [-k k] [-m metric] [--threads n] [--dataset name] "
@@ -26,7 +28,10 @@ static const char usage_str[] =
     "[--no-centre]\n"
     "                 [--lists n|auto] [--probes list] "
     "[--sweep param=list]\n"
-    "                 [--queries-limit n] [--json]";
+    "                 [--queries-limit n] [--json] [--plot file] "
+    "[--peers file]\n"
+    "                 [--title text]\n"
+    "       tq-recall --plot file --peers file [-k k] [--title text]";
 
 static const char help_str[] =
     "  -b bits               bits per coordinate of the evaluated index (default 4)\n"
@@ -51,8 +56,9 @@ static const char help_str[] =
     "  -V, --version         print the version and exit\n";
 
 enum { OPT_CORPUS = 256, OPT_DATASET, OPT_HDF5, OPT_JSON, OPT_LISTS,
-    OPT_NO_CENTRE, OPT_OVERSAMPLE, OPT_PROBES, OPT_QUERIES, OPT_QUERIES_LIMIT,
-    OPT_SWEEP, OPT_THREADS, OPT_TRUTH };
+    OPT_NO_CENTRE, OPT_OVERSAMPLE, OPT_PEERS, OPT_PLOT, OPT_PROBES,
+    OPT_QUERIES, OPT_QUERIES_LIMIT, OPT_SWEEP, OPT_THREADS, OPT_TITLE,
+    OPT_TRUTH };
 
 static const struct option longopts[] = {
 	{ "corpus",		required_argument,	NULL, OPT_CORPUS },
@@ -63,27 +69,33 @@ static const struct option longopts[] = {
 	{ "lists",		required_argument,	NULL, OPT_LISTS },
 	{ "no-centre",		no_argument,		NULL, OPT_NO_CENTRE },
 	{ "oversample",		required_argument,	NULL, OPT_OVERSAMPLE },
+	{ "peers",		required_argument,	NULL, OPT_PEERS },
+	{ "plot",		required_argument,	NULL, OPT_PLOT },
 	{ "probes",		required_argument,	NULL, OPT_PROBES },
 	{ "queries",		required_argument,	NULL, OPT_QUERIES },
 	{ "queries-limit",	required_argument,	NULL, OPT_QUERIES_LIMIT },
 	{ "sweep",		required_argument,	NULL, OPT_SWEEP },
 	{ "threads",		required_argument,	NULL, OPT_THREADS },
+	{ "title",		required_argument,	NULL, OPT_TITLE },
 	{ "truth",		no_argument,		NULL, OPT_TRUTH },
 	{ "version",		no_argument,		NULL, 'V' },
 	{ NULL,			0,			NULL, 0 }
 };
 
 #define MAX_OVERSAMPLE	16
+#define MAX_BITS	4
 #define NCUT		3
 static const uint32_t cutoffs[NCUT] = { 1, 10, 100 };
 
 struct opts {
 	const char *hdf5, *corpus, *queries, *dataset, *out;
+	const char *plot, *peers, *title;
 	const char *set[32];	/* options given, for the mode checks */
 	int nset;
 	enum tq_metric metric;
 	int metric_set, centre, json;
-	unsigned bits, threads;
+	unsigned bits[MAX_BITS], threads;
+	int nbits;
 	uint64_t seed, qlimit;
 	uint32_t k;
 	int k_set;
@@ -424,6 +436,7 @@ percentile(const double *v, size_t n, double p)
 }
 
 struct run {
+	unsigned bits;
 	float oversample;
 	uint32_t probes;
 	double recall[NCUT];
@@ -517,64 +530,173 @@ hdf5_truth(const char *path, size_t nq, size_t *width)
 	return t;
 }
 
+/* Plots ---------------------------------------------------------------- */
+
+/*
+ * The peers' series, one per system in the order of first appearance, in
+ * groups 1, 2, ... after tq's group 0.  Appends to ser[*nser]; pts must
+ * hold npeers points.
+ */
 static void
-eval_mode(const struct opts *o)
+peer_series(const struct peer *pe, size_t npe, struct plot_series *ser,
+    size_t *nser, struct plot_point *pts)
+{
+	size_t i, j, t, m = 0, first = *nser;
+
+	for (i = 0; i < npe; i++) {
+		for (j = first; j < *nser && strcmp(ser[j].name,
+		    pe[i].system) != 0; j++)
+			;
+		if (j < *nser)
+			continue;
+		ser[j].name = pe[i].system;
+		ser[j].group = (int)(j - first) + 1;
+		ser[j].pts = pts + m;
+		ser[j].n = 0;
+		for (t = i; t < npe; t++)
+			if (strcmp(pe[t].system, pe[i].system) == 0) {
+				pts[m].x = pe[t].p50_ms;
+				pts[m].y = pe[t].recall;
+				pts[m].label = pe[t].setting;
+				m++;
+				ser[j].n++;
+			}
+		(*nser)++;
+	}
+}
+
+/* The recall cutoff a plot of k-nearest searches shows: the largest <= k. */
+static size_t
+plot_cutoff(uint32_t k)
+{
+	size_t c = 0;
+
+	while (c + 1 < NCUT && cutoffs[c + 1] <= k)
+		c++;
+	return c;
+}
+
+#define XLABEL "p50 latency per query (ms, log)"
+
+/*
+ * The evaluation's plot: a series per bit width and oversampling factor,
+ * a point per probes value, then the peers.
+ */
+static void
+eval_plot(const struct opts *o, struct out *out, const char *title,
+    const struct run *runs, size_t nruns, int ivf, uint32_t k,
+    const struct peer *pe, size_t npe)
+{
+	struct plot_series *ser = xmallocarray(nruns + npe + 1, sizeof(*ser));
+	struct plot_point *pts = xmallocarray(nruns + npe + 1, sizeof(*pts));
+	char (*labels)[48] = xmallocarray(nruns + 1, sizeof(*labels));
+	char (*names)[48] = xmallocarray(nruns + 1, sizeof(*names));
+	char ylabel[32];
+	struct plot pl;
+	size_t i, j, m = 0, nser = 0, c = plot_cutoff(k);
+
+	for (i = 0; i < nruns; i++) {
+		snprintf(names[i], sizeof(names[i]), "tq %u-bit o%g",
+		    runs[i].bits, (double)runs[i].oversample);
+		if (ivf)
+			snprintf(labels[i], sizeof(labels[i]), "p%u o%g",
+			    (unsigned)runs[i].probes,
+			    (double)runs[i].oversample);
+		else
+			snprintf(labels[i], sizeof(labels[i]), "o%g",
+			    (double)runs[i].oversample);
+	}
+	/* One series per name, in the order the names first come. */
+	for (i = 0; i < nruns; i++) {
+		for (j = 0; j < nser && strcmp(ser[j].name, names[i]) != 0;
+		    j++)
+			;
+		if (j < nser)
+			continue;
+		ser[nser].name = names[i];
+		ser[nser].group = 0;
+		ser[nser].pts = pts + m;
+		ser[nser].n = 0;
+		for (j = i; j < nruns; j++)
+			if (strcmp(names[j], names[i]) == 0) {
+				pts[m].x = runs[j].p50;
+				pts[m].y = runs[j].recall[c];
+				pts[m].label = labels[j];
+				m++;
+				ser[nser].n++;
+			}
+		nser++;
+	}
+	peer_series(pe, npe, ser, &nser, pts + m);
+	snprintf(ylabel, sizeof(ylabel), "recall@%u", cutoffs[c]);
+	pl.title = o->title != NULL ? o->title : title;
+	pl.xlabel = XLABEL;
+	pl.ylabel = ylabel;
+	pl.series = ser;
+	pl.nseries = nser;
+	plot_svg(out, &pl);
+	out_commit(out);
+	free(ser);
+	free(pts);
+	free(labels);
+	free(names);
+}
+
+/* --plot with --peers alone: the peers' points, no evaluation. */
+static void
+plot_mode(const struct opts *o)
+{
+	struct plot_series *ser;
+	struct plot_point *pts;
+	struct peer *pe;
+	struct plot pl;
+	struct out out;
+	char ylabel[32], title[PATH_MAX + 64];
+	size_t npe, nser = 0, i;
+
+	pe = peers_read(o->peers, &npe);
+	ser = xmallocarray(npe, sizeof(*ser));
+	pts = xmallocarray(npe, sizeof(*pts));
+	peer_series(pe, npe, ser, &nser, pts);
+	if (o->k_set)
+		snprintf(ylabel, sizeof(ylabel), "recall@%u", o->k);
+	else
+		snprintf(ylabel, sizeof(ylabel), "recall");
+	snprintf(title, sizeof(title), "%s: recall vs p50 latency",
+	    base_name(o->peers));
+	pl.title = o->title != NULL ? o->title : title;
+	pl.xlabel = XLABEL;
+	pl.ylabel = ylabel;
+	pl.series = ser;
+	pl.nseries = nser;
+	out_open(&out, o->plot);
+	plot_svg(&out, &pl);
+	out_commit(&out);
+	for (i = 0; i < npe; i++)
+		peer_free(&pe[i]);
+	free(pe);
+	free(ser);
+	free(pts);
+}
+
+/* Fits a quantizer of `bits` on the corpus and builds the index at ixpath. */
+static double
+build_index(const struct opts *o, const char *corpus, enum tq_metric metric,
+    uint32_t dim, unsigned bits, const char *ixpath)
 {
 	struct tq_fit_params fp;
 	struct tq_build_params bp;
-	struct tq_file_info fi;
 	struct tq_quantizer *qz;
 	struct tq_reader *r, *data = NULL;
-	struct tq_index *ix;
-	struct run *runs;
-	size_t nruns;
-	struct rusage ru;
 	enum tq_status st;
-	const char *corpus = o->hdf5 ? o->hdf5 : o->corpus;
-	const char *queries = o->hdf5 ? o->hdf5 : o->queries;
-	const char *truthsrc = "exact";
-	char ixpath[PATH_MAX + 16];
-	enum tq_metric metric, fmetric;
-	unsigned threads = o->threads;
-	int known, use_neighbors = 0;
-	uint32_t dim, k;
-	size_t nq, tw = 0, i, c;
-	uint64_t *ids;
-	int64_t *truth = NULL;
-	double t0, build_s;
-	float *q;
+	double t0 = now_seconds();
 
-	/* The file's neighbours are only the truth for the file's metric. */
-	metric = o->metric;
-	if (o->hdf5 != NULL) {
-		known = hdf5_metric(o->hdf5, &fmetric);
-		if (!known && !o->metric_set)
-			die("%s: no distance attribute; give -m", o->hdf5);
-		if (!o->metric_set)
-			metric = fmetric;
-		use_neighbors = known && fmetric == metric;
-	}
-	if (threads == 0) {
-		long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-		threads = ncpu > 0 ? (unsigned)ncpu : 1;
-	}
-	progress("reading queries");
-	if ((st = tq_read_all(queries, "test", &q, &dim, &nq)) != TQ_OK)
-		die_status(st, queries);
-	if (o->qlimit > 0 && nq > o->qlimit)
-		nq = (size_t)o->qlimit;
-	if (nq == 0)
-		die("%s: no queries", queries);
-
-	make_tmpdir();
-	snprintf(ixpath, sizeof(ixpath), "%s/index.tq", tmpdir);
-	progress("building");
-	t0 = now_seconds();
+	progress("building %u-bit", bits);
 	if ((st = tq_reader_open(corpus, "train", &r)) != TQ_OK)
 		die_status(st, corpus);
 	if (tq_reader_dim(r) != dim)
-		die("%s: dimension %u does not match the corpus (%u)", queries,
-		    dim, tq_reader_dim(r));
+		die("%s: dimension %u does not match the corpus (%u)",
+		    o->hdf5 ? o->hdf5 : o->queries, dim, tq_reader_dim(r));
 	if ((o->centre || o->lists) &&
 	    (st = tq_reader_open(corpus, "train", &data)) != TQ_OK)
 		die_status(st, corpus);
@@ -582,7 +704,7 @@ eval_mode(const struct opts *o)
 	fp.dim = dim;
 	fp.lists = o->lists;
 	fp.no_centre = !o->centre;
-	fp.bits = o->bits;
+	fp.bits = bits;
 	fp.metric = metric;
 	fp.seed = o->seed;
 	if ((st = tq_quantizer_fit(&fp, data, &qz)) != TQ_OK)
@@ -593,47 +715,22 @@ eval_mode(const struct opts *o)
 	bp.threads = o->threads;
 	if ((st = tq_build(qz, r, NULL, &bp, ixpath)) != TQ_OK)
 		die_status(st, corpus);
-	build_s = now_seconds() - t0;
 	tq_reader_close(r);
 	tq_quantizer_free(qz);
-	if ((st = tq_file_info(ixpath, &fi)) != TQ_OK ||
-	    (st = tq_index_open(ixpath, &ix)) != TQ_OK)
-		die_status(st, ixpath);
+	return now_seconds() - t0;
+}
 
-	k = o->k;
-	if (k > fi.count)
-		k = (uint32_t)fi.count;
-	if (use_neighbors && (truth = hdf5_truth(o->hdf5, nq, &tw)) != NULL)
-		truthsrc = "neighbors";
-	if (truth == NULL) {
-		progress("ground truth");
-		ids = xmallocarray(nq * (size_t)k, sizeof(*ids));
-		exact(corpus, "train", metric, queries, q, nq, dim, k,
-		    o->threads, ids);
-		truth = xmallocarray(nq * (size_t)k, sizeof(*truth));
-		for (i = 0; i < nq * (size_t)k; i++)
-			truth[i] = (int64_t)ids[i];
-		free(ids);
-		tw = k;
-	}
-	if (k > tw)
-		k = (uint32_t)tw;
+/* The figures of one index: a JSON object (one line) or the text table. */
+static void
+report(const struct opts *o, const char *corpus, enum tq_metric metric,
+    uint32_t dim, size_t nq, uint32_t k, const char *truthsrc,
+    unsigned bits, double build_s, const struct tq_file_info *fi,
+    const struct run *runs, size_t nruns, unsigned threads)
+{
+	struct rusage ru;
+	size_t i, c;
 
-	/* Every probes value with every oversampling value. */
-	nruns = (size_t)o->noversample * (size_t)o->nprobes;
-	runs = xmallocarray(nruns, sizeof(*runs));
-	for (i = 0; i < nruns; i++) {
-		uint32_t pr = o->probes[i / (size_t)o->noversample];
-
-		runs[i].oversample = o->oversample[i % (size_t)o->noversample];
-		runs[i].probes = fi.lists == 0 ? 0 : pr == 0 ?
-		    (fi.lists + TQ_PROBES_AUTO_DIV - 1) / TQ_PROBES_AUTO_DIV :
-		    pr > fi.lists ? fi.lists : pr;
-		measure(ix, q, nq, dim, k, truth, tw, o->threads, &runs[i]);
-	}
-	progress_done();
 	getrusage(RUSAGE_SELF, &ru);
-
 	if (o->json) {
 		printf("{\"dataset\":");
 		json_string(stdout, base_name(corpus));
@@ -643,11 +740,11 @@ eval_mode(const struct opts *o)
 		    "\"bytes_per_vector\":%.1f,"
 		    "\"original_bytes_per_vector\":%.1f,\"lists\":%u,"
 		    "\"runs\":[",
-		    (unsigned long long)fi.count, dim, tq_metric_name(metric),
-		    o->bits, (unsigned long long)o->seed,
+		    (unsigned long long)fi->count, dim, tq_metric_name(metric),
+		    bits, (unsigned long long)o->seed,
 		    o->centre ? "true" : "false", nq, k, truthsrc, build_s,
-		    fi.bytes_per_vector, fi.original_bytes_per_vector,
-		    (unsigned)fi.lists);
+		    fi->bytes_per_vector, fi->original_bytes_per_vector,
+		    (unsigned)fi->lists);
 		for (i = 0; i < nruns; i++) {
 			printf("%s{\"oversample\":%g,\"probes\":%u", i ? "," :
 			    "", (double)runs[i].oversample,
@@ -666,37 +763,156 @@ eval_mode(const struct opts *o)
 		}
 		printf("],\"peak_rss_kb\":%ld,\"kernel\":\"%s\"}\n",
 		    ru.ru_maxrss, tq_kernel_name());
-	} else {
-		printf("%s: %llu x %u %s, %zu queries, %u-bit, %s\n",
-		    base_name(corpus), (unsigned long long)fi.count, dim,
-		    tq_metric_name(metric), nq, o->bits,
-		    o->centre ? "centred" : "not centred");
-		printf("build %.1f s, %.1f bytes/vector (+%.0f originals), "
-		    "truth %s, k %u", build_s, fi.bytes_per_vector,
-		    fi.original_bytes_per_vector, truthsrc, k);
-		if (fi.lists > 0)
-			printf(", %u lists", (unsigned)fi.lists);
-		printf("\n%s", fi.lists > 0 ? "probes  " : "");
-		printf("oversample  recall@1  recall@10  recall@100  p50_ms  "
-		    "p95_ms  p99_ms       qps\n");
-		for (i = 0; i < nruns; i++) {
-			if (fi.lists > 0)
-				printf("%6u  ", (unsigned)runs[i].probes);
-			printf("%10g", (double)runs[i].oversample);
-			for (c = 0; c < NCUT; c++)
-				if (cutoffs[c] <= k)
-					printf("  %*.4f", c == 0 ? 8 : c == 1 ?
-					    9 : 10, runs[i].recall[c]);
-				else
-					printf("  %*s", c == 0 ? 8 : c == 1 ?
-					    9 : 10, "-");
-			printf("  %6.3f  %6.3f  %6.3f  %8.0f\n", runs[i].p50,
-			    runs[i].p95, runs[i].p99, runs[i].qps);
-		}
-		printf("peak RSS %ld MB, kernel %s, %u threads\n",
-		    ru.ru_maxrss / 1024, tq_kernel_name(), threads);
+		return;
 	}
-	tq_index_close(ix);
+	printf("%s: %llu x %u %s, %zu queries, %u-bit, %s\n",
+	    base_name(corpus), (unsigned long long)fi->count, dim,
+	    tq_metric_name(metric), nq, bits,
+	    o->centre ? "centred" : "not centred");
+	printf("build %.1f s, %.1f bytes/vector (+%.0f originals), "
+	    "truth %s, k %u", build_s, fi->bytes_per_vector,
+	    fi->original_bytes_per_vector, truthsrc, k);
+	if (fi->lists > 0)
+		printf(", %u lists", (unsigned)fi->lists);
+	printf("\n%s", fi->lists > 0 ? "probes  " : "");
+	printf("oversample  recall@1  recall@10  recall@100  p50_ms  "
+	    "p95_ms  p99_ms       qps\n");
+	for (i = 0; i < nruns; i++) {
+		if (fi->lists > 0)
+			printf("%6u  ", (unsigned)runs[i].probes);
+		printf("%10g", (double)runs[i].oversample);
+		for (c = 0; c < NCUT; c++)
+			if (cutoffs[c] <= k)
+				printf("  %*.4f", c == 0 ? 8 : c == 1 ?
+				    9 : 10, runs[i].recall[c]);
+			else
+				printf("  %*s", c == 0 ? 8 : c == 1 ?
+				    9 : 10, "-");
+		printf("  %6.3f  %6.3f  %6.3f  %8.0f\n", runs[i].p50,
+		    runs[i].p95, runs[i].p99, runs[i].qps);
+	}
+	printf("peak RSS %ld MB, kernel %s, %u threads\n",
+	    ru.ru_maxrss / 1024, tq_kernel_name(), threads);
+}
+
+static void
+eval_mode(const struct opts *o)
+{
+	struct tq_file_info fi;
+	struct tq_index *ix;
+	struct run *runs;
+	struct peer *pe = NULL;
+	struct out plot;
+	size_t nruns, per, npe = 0;
+	enum tq_status st;
+	const char *corpus = o->hdf5 ? o->hdf5 : o->corpus;
+	const char *queries = o->hdf5 ? o->hdf5 : o->queries;
+	const char *truthsrc = "exact";
+	char ixpath[PATH_MAX + 16], title[PATH_MAX + 128];
+	enum tq_metric metric, fmetric;
+	unsigned threads = o->threads;
+	int known, use_neighbors = 0, b;
+	uint32_t dim, k = 0;
+	size_t nq, tw = 0, i;
+	uint64_t *ids;
+	int64_t *truth = NULL;
+	double build_s;
+	float *q;
+
+	/* The file's neighbours are only the truth for the file's metric. */
+	metric = o->metric;
+	if (o->hdf5 != NULL) {
+		known = hdf5_metric(o->hdf5, &fmetric);
+		if (!known && !o->metric_set)
+			die("%s: no distance attribute; give -m", o->hdf5);
+		if (!o->metric_set)
+			metric = fmetric;
+		use_neighbors = known && fmetric == metric;
+	}
+	if (threads == 0) {
+		long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+		threads = ncpu > 0 ? (unsigned)ncpu : 1;
+	}
+	/* The peers and the plot's file first: no hour of work for a typo. */
+	if (o->peers != NULL)
+		pe = peers_read(o->peers, &npe);
+	if (o->plot != NULL)
+		out_open(&plot, o->plot);
+	progress("reading queries");
+	if ((st = tq_read_all(queries, "test", &q, &dim, &nq)) != TQ_OK)
+		die_status(st, queries);
+	if (o->qlimit > 0 && nq > o->qlimit)
+		nq = (size_t)o->qlimit;
+	if (nq == 0)
+		die("%s: no queries", queries);
+
+	make_tmpdir();
+	/* Every bit width, probes value and oversampling value. */
+	per = (size_t)o->noversample * (size_t)o->nprobes;
+	nruns = per * (size_t)o->nbits;
+	runs = xmallocarray(nruns, sizeof(*runs));
+	for (b = 0; b < o->nbits; b++) {
+		struct run *br = runs + (size_t)b * per;
+
+		snprintf(ixpath, sizeof(ixpath), "%s/index-%d.tq", tmpdir, b);
+		build_s = build_index(o, corpus, metric, dim, o->bits[b],
+		    ixpath);
+		if ((st = tq_file_info(ixpath, &fi)) != TQ_OK ||
+		    (st = tq_index_open(ixpath, &ix)) != TQ_OK)
+			die_status(st, ixpath);
+		if (b == 0) {
+			k = o->k;
+			if (k > fi.count)
+				k = (uint32_t)fi.count;
+			if (use_neighbors && (truth = hdf5_truth(o->hdf5, nq,
+			    &tw)) != NULL)
+				truthsrc = "neighbors";
+			if (truth == NULL) {
+				progress("ground truth");
+				ids = xmallocarray(nq * (size_t)k,
+				    sizeof(*ids));
+				exact(corpus, "train", metric, queries, q, nq,
+				    dim, k, o->threads, ids);
+				truth = xmallocarray(nq * (size_t)k,
+				    sizeof(*truth));
+				for (i = 0; i < nq * (size_t)k; i++)
+					truth[i] = (int64_t)ids[i];
+				free(ids);
+				tw = k;
+			}
+			if (k > tw)
+				k = (uint32_t)tw;
+		}
+		for (i = 0; i < per; i++) {
+			uint32_t pr = o->probes[i / (size_t)o->noversample];
+
+			br[i].bits = o->bits[b];
+			br[i].oversample =
+			    o->oversample[i % (size_t)o->noversample];
+			br[i].probes = fi.lists == 0 ? 0 : pr == 0 ?
+			    (fi.lists + TQ_PROBES_AUTO_DIV - 1) /
+			    TQ_PROBES_AUTO_DIV : pr > fi.lists ? fi.lists : pr;
+			measure(ix, q, nq, dim, k, truth, tw, o->threads,
+			    &br[i]);
+		}
+		progress_done();
+		report(o, corpus, metric, dim, nq, k, truthsrc, o->bits[b],
+		    build_s, &fi, br, per, threads);
+		tq_index_close(ix);
+		unlink(ixpath);
+	}
+	if (o->plot != NULL) {
+		snprintf(title, sizeof(title), "%s: %llu x %u %s%s%.0u%s, "
+		    "%zu queries, k=%u", base_name(corpus),
+		    (unsigned long long)fi.count, dim, tq_metric_name(metric),
+		    fi.lists > 0 ? ", IVF " : "", (unsigned)fi.lists,
+		    fi.lists > 0 ? " lists" : "", nq, k);
+		eval_plot(o, &plot, title, runs, nruns, fi.lists > 0, k, pe,
+		    npe);
+	}
+	for (i = 0; i < npe; i++)
+		peer_free(&pe[i]);
+	free(pe);
 	free(runs);
 	free(truth);
 	free(q);
@@ -726,6 +942,23 @@ parse_oversample(struct opts *o, const char *s)
 			    MAX_OVERSAMPLE);
 		o->oversample[o->noversample++] = parse_float(tok, 1, 1000,
 		    "oversample");
+	}
+}
+
+/* -b: one bit width or a comma-separated list of them. */
+static void
+parse_bits(struct opts *o, const char *s)
+{
+	char buf[64], *p = buf, *tok;
+
+	if (strlen(s) >= sizeof(buf))
+		usage_error("bits list '%s' too long", s);
+	strcpy(buf, s);
+	o->nbits = 0;
+	while ((tok = strsep(&p, ",")) != NULL) {
+		if (o->nbits == MAX_BITS)
+			usage_error("more than %d bits values", MAX_BITS);
+		o->bits[o->nbits++] = parse_u32(tok, 1, 4, "bits");
 	}
 }
 
@@ -798,7 +1031,8 @@ main(int argc, char *argv[])
 
 	cmd_init(argv, usage_str, help_str);
 	memset(&o, 0, sizeof(o));
-	o.bits = 4;
+	o.bits[0] = 4;
+	o.nbits = 1;
 	o.seed = 42;
 	o.k = 100;
 	o.centre = 1;
@@ -812,13 +1046,14 @@ main(int argc, char *argv[])
 	    NULL)) != -1) {
 		switch (ch) {
 		case 'b':
-			o.bits = parse_u32(optarg, 1, 4, "bits");
+			parse_bits(&o, optarg);
 			given(&o, "-b");
 			break;
 		case 'h':
 			usage_help();
 		case 'k':
 			o.k = parse_u32(optarg, 1, 1000000, "k");
+			o.k_set = 1;
 			given(&o, "-k");
 			break;
 		case 'm':
@@ -865,6 +1100,14 @@ main(int argc, char *argv[])
 			parse_oversample(&o, optarg);
 			given(&o, "--oversample");
 			break;
+		case OPT_PEERS:
+			o.peers = optarg;
+			given(&o, "--peers");
+			break;
+		case OPT_PLOT:
+			o.plot = optarg;
+			given(&o, "--plot");
+			break;
 		case OPT_PROBES:
 			parse_probes(&o, optarg);
 			given(&o, "--probes");
@@ -885,6 +1128,10 @@ main(int argc, char *argv[])
 			o.threads = parse_u32(optarg, 0, 1024, "threads");
 			given(&o, "--threads");
 			break;
+		case OPT_TITLE:
+			o.title = optarg;
+			given(&o, "--title");
+			break;
 		case OPT_TRUTH:
 			truth = 1;
 			break;
@@ -904,7 +1151,10 @@ main(int argc, char *argv[])
 	} else if (o.hdf5 != NULL || o.corpus != NULL || o.queries != NULL) {
 		only(&o, " -b -m -s -k --oversample --threads --no-centre "
 		    "--queries-limit --json --hdf5 --corpus --queries --lists "
-		    "--probes ", "to an evaluation");
+		    "--probes --plot --peers --title ", "to an evaluation");
+		if ((o.peers != NULL || o.title != NULL) && o.plot == NULL)
+			usage_error("%s needs --plot", o.peers != NULL ?
+			    "--peers" : "--title");
 		if (o.nprobes > 0 && o.probes[0] != 0 && o.lists == 0)
 			usage_error("--probes needs --lists");
 		if (o.hdf5 != NULL && (o.corpus != NULL || o.queries != NULL))
@@ -915,6 +1165,13 @@ main(int argc, char *argv[])
 		if (argc > 0)
 			usage_error("unexpected argument '%s'", argv[0]);
 		eval_mode(&o);
+	} else if (o.plot != NULL) {
+		only(&o, " --plot --peers --title -k ", "to a plot of peers");
+		if (o.peers == NULL)
+			usage_error("--plot needs --peers or an evaluation");
+		if (argc > 0)
+			usage_error("unexpected argument '%s'", argv[0]);
+		plot_mode(&o);
 	} else {
 		only(&o, " --json ", "to a comparison");
 		operands(argc, argv, "missing results or truth");

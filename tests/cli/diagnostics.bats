@@ -83,7 +83,8 @@ setup() {
 diag_items() {
 	awk '/^\.Sh / { on = ($0 == ".Sh DIAGNOSTICS") } on && /^\.It "/' \
 	    "$TOP/man/$1.1" |
-	    sed -e 's/^\.It "//' -e 's/"$//' -e 's/\\-/-/g' -e "s/\\\\(aq/'/g"
+	    sed -e 's/^\.It "//' -e 's/"$//' -e 's/\\-/-/g' -e "s/\\\\(aq/'/g" \
+	    -e 's/\\(dq/"/g'
 }
 
 # The glob an item stands for: each placeholder matches anything.
@@ -587,8 +588,67 @@ tqfile_cases() {
 	expect 2 "--sweep takes probes=LIST or oversample=LIST, not 'ARG'" \
 	    "--sweep takes probes=LIST or oversample=LIST, not 'k=1'" \
 	    tq-recall --sweep k=1 --corpus c.bin --queries c.bin
+	expect 2 'more than N bits values' 'more than 4 bits values' \
+	    tq-recall -b 1,2,3,4,1 --corpus c.bin --queries c.bin
+	expect 2 "bits list 'LIST' too long" "bits list '$long' too long" \
+	    tq-recall -b "$long" --corpus c.bin --queries c.bin
+
+	# --plot and --peers.
+	printf '{"system":"a","recall":0.5,"p50_ms":1}\n\n[1]\n' >syntax.jsonl
+	printf '{"system":"a","p50_ms":1}\n' >missing.jsonl
+	printf '{"system":"a","system":"b"}\n' >dup.jsonl
+	printf '{"system":1}\n' >str.jsonl
+	printf '{"system":"a","recall":"0.5"}\n' >num.jsonl
+	printf '{"system":"","recall":0.5,"p50_ms":1}\n' >empty.jsonl
+	printf '{"system":"a","recall":1.5,"p50_ms":1}\n' >recall.jsonl
+	printf '{"system":"a","recall":0.5,"p50_ms":0}\n' >p50.jsonl
+	for i in $(seq 17); do
+		printf '{"system":"s%d","recall":0.5,"p50_ms":1}\n' "$i"
+	done >many.jsonl
+	printf '\n \n' >blank.jsonl
+	expect 1 'FILE: line N: invalid JSON at column C: ERROR' \
+	    "syntax.jsonl: line 3: invalid JSON at column 1: expected '{'" \
+	    tq-recall --plot out.svg --peers syntax.jsonl
+	expect 1 'FILE: line N: missing "NAME"' \
+	    'missing.jsonl: line 1: missing "recall"' \
+	    tq-recall --plot out.svg --peers missing.jsonl
+	expect 1 'FILE: line N: duplicate "NAME"' \
+	    'dup.jsonl: line 1: duplicate "system"' \
+	    tq-recall --plot out.svg --peers dup.jsonl
+	expect 1 'FILE: line N: "NAME" must be a string' \
+	    'str.jsonl: line 1: "system" must be a string' \
+	    tq-recall --plot out.svg --peers str.jsonl
+	expect 1 'FILE: line N: "NAME" must be a number' \
+	    'num.jsonl: line 1: "recall" must be a number' \
+	    tq-recall --plot out.svg --peers num.jsonl
+	expect 1 'FILE: line N: "system" is empty' \
+	    'empty.jsonl: line 1: "system" is empty' \
+	    tq-recall --plot out.svg --peers empty.jsonl
+	expect 1 'FILE: line N: "recall" R out of range 0..1' \
+	    'recall.jsonl: line 1: "recall" 1.5 out of range 0..1' \
+	    tq-recall --plot out.svg --peers recall.jsonl
+	expect 1 'FILE: line N: "p50_ms" T is not above 0' \
+	    'p50.jsonl: line 1: "p50_ms" 0 is not above 0' \
+	    tq-recall --plot out.svg --peers p50.jsonl
+	expect 1 'FILE: line N: more than N systems' \
+	    'many.jsonl: line 17: more than 16 systems' \
+	    tq-recall --plot out.svg --peers many.jsonl
+	expect 1 'FILE: no points' 'blank.jsonl: no points' \
+	    tq-recall --plot out.svg --peers blank.jsonl
+	# Before any evaluation work.
+	expect 1 'FILE: line N: missing "NAME"' \
+	    'missing.jsonl: line 1: missing "recall"' \
+	    tq-recall --plot out.svg --peers missing.jsonl --corpus c.bin \
+	    --queries c.bin
+	expect 2 '--peers needs --plot' '--peers needs --plot' \
+	    tq-recall --peers blank.jsonl --corpus c.bin --queries c.bin
+	expect 2 '--title needs --plot' '--title needs --plot' \
+	    tq-recall --title x --corpus c.bin --queries c.bin
+	expect 2 '--plot needs --peers or an evaluation' \
+	    '--plot needs --peers or an evaluation' tq-recall --plot out.svg
 	all_seen tq-recall
-	[ ! -e out.ivecs ]
+	[ ! -e out.ivecs ] && [ ! -e out.svg ]
+	! ls .out.svg.tmp.* 2>/dev/null
 }
 
 @test "diag_glob: placeholders match values, the rest matches itself" {
