@@ -34,7 +34,7 @@ static const char usage_str[] =
     "       tq-recall --plot file --peers file [-k k] [--title text]";
 
 static const char help_str[] =
-    "  -b bits               bits per coordinate of the evaluated index (default 4)\n"
+    "  -b bits[,bits]        bits per coordinate of each evaluated index (def. 4)\n"
     "      --corpus file     the corpus of an evaluation\n"
     "      --dataset name    with --truth, HDF5 dataset of corpus (default train)\n"
     "  -h, --help            print this help and exit\n"
@@ -46,12 +46,15 @@ static const char help_str[] =
     "      --no-centre       evaluate a quantizer without centring\n"
     "  -o truth              the ground-truth file to write\n"
     "      --oversample list  oversampling factors to evaluate (default 1,4)\n"
+    "      --peers file      other systems' points to draw (JSON Lines)\n"
+    "      --plot file       draw recall against p50 latency as SVG\n"
     "      --probes list     probes values to evaluate; needs --lists\n"
     "      --queries file    the queries of an evaluation\n"
     "      --queries-limit n  use only the first n queries (default all)\n"
     "  -s seed               rotation seed of the evaluated quantizer (default 42)\n"
     "      --sweep param=list  evaluate probes=list or oversample=list\n"
     "      --threads n       threads for brute force and searches (default 0: all)\n"
+    "      --title text      the title of the plot\n"
     "      --truth           compute ground truth\n"
     "  -V, --version         print the version and exit\n";
 
