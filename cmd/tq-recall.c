@@ -1144,6 +1144,8 @@ main(int argc, char *argv[])
 	}
 	argc -= optind;
 	argv += optind;
+	if (o.out != NULL)
+		check_output(o.out);
 
 	if (truth) {
 		only(&o, " -k -m --threads --dataset -o ", "to --truth");

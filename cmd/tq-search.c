@@ -205,6 +205,8 @@ main(int argc, char *argv[])
 	}
 	argc -= optind;
 	argv += optind;
+	if (outpath != NULL)
+		check_output(outpath);
 	if (argc < 1)
 		usage_error("missing index");
 	if (argc > 1)
@@ -221,6 +223,9 @@ main(int argc, char *argv[])
 	if (sp.oversample > 1 && tq_index_originals(ix) == TQ_ORIG_NONE)
 		die("%s: --oversample needs originals, and the index has none",
 		    ixpath);
+	if (sp.probes != 0 && tq_quantizer_lists(tq_index_quantizer(ix)) == 0)
+		die("%s: --probes needs an index with lists (IVF); this one is "
+		    "flat", ixpath);
 	if (allowpath != NULL) {
 		uint64_t *aids;
 		size_t na;

@@ -204,6 +204,21 @@ reader_cases() {
 	    "$prog" "${ARGS[@]}"
 }
 
+# out_cases PROG ARG...: an output ({}) that cannot be written is refused
+# before any work.
+out_cases() {
+	local prog=$1
+	shift
+	mkdir -p adir
+	with_file no/dir/o.x "$@"
+	expect 1 'FILE: cannot write there: NAME: ERROR' \
+	    'no/dir/o.x: cannot write there: no/dir: No such file or directory' \
+	    "$prog" "${ARGS[@]}"
+	with_file adir "$@"
+	expect 1 'FILE: is a directory' 'adir: is a directory' \
+	    "$prog" "${ARGS[@]}"
+}
+
 # tqfile_cases PROG ARG...: the messages about a damaged tq file (index or
 # quantizer) given in place of {}.
 tqfile_cases() {
@@ -252,9 +267,6 @@ tqfile_cases() {
 	reader_cases tq-fit -i {} -o out.tq
 	expect 1 'FILE: dimension mismatch' 'c8.bin: dimension mismatch' \
 	    tq-fit -i c8.bin -d 16 -o out.tq
-	expect 1 'FILE: cannot create a temporary file beside it: ERROR' \
-	    'no/dir/q.tq: cannot create a temporary file beside it: No such file or directory' \
-	    tq-fit -d 16 -o no/dir/q.tq
 
 	expect 2 '-d or -i is required' '-d or -i is required' tq-fit -o out.tq
 	expect 2 '-o is required' '-o is required' tq-fit -d 8
@@ -278,6 +290,7 @@ tqfile_cases() {
 	expect 1 'FILE: N lists need at least N sample rows; the data gave M' \
 	    'c.bin: 400 lists need at least 400 sample rows; the data gave 300' \
 	    tq-fit -i c.bin --lists 400 -o out.tq
+	out_cases tq-fit -d 16 -o {}
 	all_seen tq-fit
 	[ ! -e out.tq ]
 }
@@ -469,6 +482,7 @@ tqfile_cases() {
 	    tq-encode --decode -q q.tq --threads 2
 	expect 2 "unexpected argument 'ARG'" "unexpected argument 'extra'" \
 	    tq-encode -q q.tq extra
+	out_cases tq-encode -q q.tq -i c.bin -o {}
 	all_seen tq-encode
 	[ ! -e out.codes ] && [ ! -e out.bin ]
 }
@@ -505,6 +519,9 @@ tqfile_cases() {
 	expect 1 'FILE: --oversample needs originals, and the index has none' \
 	    'noorig.tqi: --oversample needs originals, and the index has none' \
 	    tq-search --oversample 2 -i c.bin -o out.tsv noorig.tqi
+	expect 1 'FILE: --probes needs an index with lists (IVF); this one is flat' \
+	    'i.tqi: --probes needs an index with lists (IVF); this one is flat' \
+	    tq-search --probes 4 -i c.bin -o out.tsv i.tqi
 
 	expect 1 'FILE: line L: not an unsigned integer' \
 	    'bad.ids: line 2: not an unsigned integer' \
@@ -530,6 +547,7 @@ tqfile_cases() {
 	expect 2 "format 'NAME' is not one of tsv, json, ivecs" \
 	    "format 'xml' is not one of tsv, json, ivecs" \
 	    tq-search --format xml i.tqi
+	out_cases tq-search -i c.bin -o {} i.tqi
 	all_seen tq-search
 	[ ! -e out.tsv ] && [ ! -e out.ivecs ]
 }
@@ -646,6 +664,7 @@ tqfile_cases() {
 	    tq-recall --title x --corpus c.bin --queries c.bin
 	expect 2 '--plot needs --peers or an evaluation' \
 	    '--plot needs --peers or an evaluation' tq-recall --plot out.svg
+	out_cases tq-recall --truth -k 1 -o {} c.bin c.bin
 	all_seen tq-recall
 	[ ! -e out.ivecs ] && [ ! -e out.svg ]
 	! ls .out.svg.tmp.* 2>/dev/null
@@ -702,6 +721,7 @@ tqfile_cases() {
 	expect 2 '--labels needs a text output format (text, tsv, csv)' \
 	    '--labels needs a text output format (text, tsv, csv)' \
 	    tq-cat --labels -o out.npy c.bin
+	out_cases tq-cat -o {} c.bin
 	all_seen tq-cat
 	[ ! -e out.bin ] && [ ! -e out.ivecs ] && [ ! -e out.bvecs ] &&
 	    [ ! -e out.npy ]

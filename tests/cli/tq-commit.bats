@@ -25,12 +25,18 @@ setup() {
 	F=$BATS_FILE_TMPDIR
 }
 
+# "--probes 1000" for an index with lists: every list.
+all_lists() {
+	"$TQ_BIN/tq-inspect" "$1" | grep -q '^lists ' && echo --probes 1000
+	true
+}
+
 # The ids a search can return, one per line, sorted: k = every live row.
 live_ids() {
 	local live
 	live=$("$TQ_BIN/tq-inspect" --json "$1" | "$PY" -c \
 	    'import json,sys; d=json.load(sys.stdin); print(d.get("live", d["vectors"]))')
-	"$TQ_BIN/tq-search" -k "$live" --probes 1000 -i "$F/q.bin" "$1" |
+	"$TQ_BIN/tq-search" -k "$live" $(all_lists "$1") -i "$F/q.bin" "$1" |
 	    awk -F'\t' '$1 == 0 { print $3 }' | sort -n
 }
 
@@ -117,7 +123,7 @@ live_ids() {
 state() {
 	{
 		"$TQ_BIN/tq-inspect" "$1" | grep -E '^(vectors|live) '
-		"$TQ_BIN/tq-search" -k 20 --probes 1000 -i "$F/q.bin" "$1"
+		"$TQ_BIN/tq-search" -k 20 $(all_lists "$1") -i "$F/q.bin" "$1"
 	} | md5sum | cut -d' ' -f1
 }
 
@@ -206,7 +212,7 @@ state() {
 	for f in v1-flat v1-ivf; do
 		"$TQ_BIN/tq-inspect" "$FIXTURES/$f.tqi" | grep -qx 'version 1'
 		"$TQ_BIN/tq-inspect" --verify "$FIXTURES/$f.tqi" >/dev/null
-		"$TQ_BIN/tq-search" -k 5 --probes 4 -i "$F/q.bin" "$FIXTURES/$f.tqi" >v1.tsv
+		"$TQ_BIN/tq-search" -k 5 $(all_lists "$FIXTURES/$f.tqi") -i "$F/q.bin" "$FIXTURES/$f.tqi" >v1.tsv
 		# A delete of nothing new changes nothing; a real one rewrites.
 		cp "$FIXTURES/$f.tqi" d.tqi
 		echo 3 >three.ids
@@ -214,7 +220,7 @@ state() {
 		echo 7 >seven.ids
 		"$TQ_BIN/tq-build" --delete seven.ids d.tqi
 		"$TQ_BIN/tq-inspect" d.tqi | grep -qx 'version 2'
-		"$TQ_BIN/tq-search" -k 5 --probes 4 -i "$F/q.bin" d.tqi >d.tsv
+		"$TQ_BIN/tq-search" -k 5 $(all_lists "$FIXTURES/$f.tqi") -i "$F/q.bin" d.tqi >d.tsv
 		! cut -f3 d.tsv | grep -qx -e 3 -e 5 -e 7
 		grep -vP '\t7\t' v1.tsv | cut -f3 | head -3 >/dev/null
 		# An append converts too, and searches see old and new rows.
@@ -225,8 +231,8 @@ state() {
 		"$TQ_BIN/tq-build" --append a.tqi "$F/b1.bin"
 		"$TQ_BIN/tq-inspect" a.tqi | grep -qx 'segments 2'
 		"$TQ_BIN/tq-build" --compact -o c.tqi a.tqi
-		"$TQ_BIN/tq-search" -k 5 --probes 4 -i "$F/q.bin" a.tqi >a.tsv
-		"$TQ_BIN/tq-search" -k 5 --probes 4 -i "$F/q.bin" c.tqi >c.tsv
+		"$TQ_BIN/tq-search" -k 5 $(all_lists "$FIXTURES/$f.tqi") -i "$F/q.bin" a.tqi >a.tsv
+		"$TQ_BIN/tq-search" -k 5 $(all_lists "$FIXTURES/$f.tqi") -i "$F/q.bin" c.tqi >c.tsv
 		cmp a.tsv c.tsv
 	done
 }
