@@ -236,6 +236,17 @@ enum tq_rotation {
 #define TQ_DENSE_MAX_DIM 4096u
 #define TQ_ROT_BLOCK_MAX 256u
 
+/*
+ * Progress of a long step, for a program to show (the library never
+ * prints).  `step` names it ("reading": rows read, total the rows to read
+ * or 0 if not known; "seeding": k-means centres chosen of total;
+ * "k-means": Lloyd iterations done of at most total); called from the
+ * thread that called the library, at most a few times a second for
+ * "reading" and once per batch or iteration otherwise.
+ */
+typedef void (*tq_progress_fn)(void *arg, const char *step, uint64_t done,
+    uint64_t total);
+
 struct tq_fit_params {
 	uint32_t dim;		/* 1 .. TQ_MAX_DIM; 0 = take it from `data` */
 	unsigned bits;		/* 1, 2, 3 or 4 */
@@ -259,6 +270,10 @@ struct tq_fit_params {
 				   when no row changes list) */
 	int no_centre;		/* 1: centre 0 even with data (which then
 				   serves the lists only) */
+	unsigned threads;	/* k-means threads, 0 = one a CPU; the
+				   result does not depend on it */
+	tq_progress_fn progress;	/* NULL = none */
+	void *progress_arg;	/* passed to progress */
 };
 #define TQ_LISTS_AUTO UINT32_MAX
 #define TQ_MAX_LISTS (1u << 24)
