@@ -146,3 +146,10 @@ tq_blas_set_threads(int n)
 	openblas_set_num_threads(n);
 	return 1;
 }
+
+int
+tq_blas_threads(void)
+{
+	return openblas_get_num_threads != NULL ? openblas_get_num_threads() :
+	    0;
+}

@@ -61,8 +61,8 @@ list_score(const struct tq_ivf *v, uint32_t o, float dot, float inv, int ip)
 	return ip ? dot : 2.0f * dot - v->n2[o];
 }
 
-enum tq_status
-tq_ivf_nearest(const struct tq_ivf *v, uint32_t dim, const float *x,
+static enum tq_status
+nearest_rows(const struct tq_ivf *v, uint32_t dim, const float *x,
     size_t n, int normalise, int ip, uint32_t p, uint32_t *lists,
     float *scores)
 {
@@ -177,6 +177,22 @@ done:
 	return st;
 }
 
+/*
+ * Many rows with a single-threaded BLAS (the programs make it so: its
+ * threads spin between calls and slow tq's own) are split over threads
+ * here, as many as a multi-threaded BLAS would have used.
+ */
+enum tq_status
+tq_ivf_nearest(const struct tq_ivf *v, uint32_t dim, const float *x,
+    size_t n, int normalise, int ip, uint32_t p, uint32_t *lists,
+    float *scores)
+{
+	if (n >= 4 * NEAR_ROWS && tq_blas_threads() == 1)
+		return tq_ivf_nearest_threads(v, dim, x, n, normalise, ip, p,
+		    lists, scores, 0);
+	return nearest_rows(v, dim, x, n, normalise, ip, p, lists, scores);
+}
+
 struct near_job {
 	const struct tq_ivf *v;
 	uint32_t dim, p;
@@ -195,7 +211,7 @@ near_run(void *arg)
 {
 	struct near_job *j = arg;
 
-	j->st = tq_ivf_nearest(j->v, j->dim, j->x, j->n, j->normalise, j->ip,
+	j->st = nearest_rows(j->v, j->dim, j->x, j->n, j->normalise, j->ip,
 	    j->p, j->lists, j->scores);
 	return NULL;
 }
@@ -222,7 +238,7 @@ tq_ivf_nearest_threads(const struct tq_ivf *v, uint32_t dim, const float *x,
 	if (nt > n / (2 * NEAR_ROWS))
 		nt = (unsigned)(n / (2 * NEAR_ROWS));
 	if (nt <= 1)
-		return tq_ivf_nearest(v, dim, x, n, normalise, ip, p, lists,
+		return nearest_rows(v, dim, x, n, normalise, ip, p, lists,
 		    scores);
 	for (t = 0; t < nt; t++) {
 		size_t r0 = n * t / nt, r1 = n * (t + 1) / nt;
