@@ -49,14 +49,26 @@ fit_progress(void *arg, const char *step, uint64_t done, uint64_t total)
 	} else if (t - last < 0.2 && done != total)
 		return;
 	last = t;
-	if (step[0] == 'r' && t > t0)	/* reading: rows and rows/s */
-		progress("%s %llu rows, %.0f rows/s", step,
-		    (unsigned long long)done, (double)done / (t - t0));
-	else if (total > 0)
-		progress("%s %llu/%llu", step, (unsigned long long)done,
-		    (unsigned long long)total);
+	if (strcmp(step, "reading") == 0) {
+		double rate = t > t0 ? (double)done / (t - t0) : 0.0;
+
+		char of[40] = "";
+
+		if (total > 0)
+			snprintf(of, sizeof(of), " of %llu",
+			    (unsigned long long)total);
+		if (rate > 0.0)
+			progress("reading: %llu%s rows, %.0f rows/s",
+			    (unsigned long long)done, of, rate);
+		else
+			progress("reading: %llu%s rows",
+			    (unsigned long long)done, of);
+	} else if (strcmp(step, "k-means") == 0)
+		progress("k-means: iteration %llu of at most %llu",
+		    (unsigned long long)done + 1, (unsigned long long)total);
 	else
-		progress("%s %llu", step, (unsigned long long)done);
+		progress("%s: %llu of %llu", step, (unsigned long long)done,
+		    (unsigned long long)total);
 }
 
 int

@@ -187,7 +187,7 @@ tq_ivf_nearest(const struct tq_ivf *v, uint32_t dim, const float *x,
     size_t n, int normalise, int ip, uint32_t p, uint32_t *lists,
     float *scores)
 {
-	if (n >= 4 * NEAR_ROWS && tq_blas_threads() == 1)
+	if (n >= 2 * NEAR_ROWS && tq_blas_threads() == 1)
 		return tq_ivf_nearest_threads(v, dim, x, n, normalise, ip, p,
 		    lists, scores, 0);
 	return nearest_rows(v, dim, x, n, normalise, ip, p, lists, scores);
@@ -234,9 +234,9 @@ tq_ivf_nearest_threads(const struct tq_ivf *v, uint32_t dim, const float *x,
 		p = v->nlist;
 	if (nt > 64)
 		nt = 64;
-	/* Below two sgemm blocks a thread, threads cost more than they give. */
-	if (nt > n / (2 * NEAR_ROWS))
-		nt = (unsigned)(n / (2 * NEAR_ROWS));
+	/* At least one whole sgemm block a thread. */
+	if (nt > n / NEAR_ROWS)
+		nt = (unsigned)(n / NEAR_ROWS);
 	if (nt <= 1)
 		return nearest_rows(v, dim, x, n, normalise, ip, p, lists,
 		    scores);
