@@ -10,7 +10,7 @@ static const char usage_str[] =
     "tq-fit [-b bits] [-m metric] [-s seed] [--dataset name] [--no-centre]\n"
     "              [--rotation auto|dense|structured] [--rotation-block n]\n"
     "              [--sample n] [--scale-search]\n"
-    "              [--lists n|auto] [--train n] [--iterations n]\n"
+    "              [--lists n|auto] [--train n] [--iterations n] [--threads n]\n"
     "              (-d dim | -i corpus) -o quantizer";
 
 static const char help_str[] =
@@ -35,7 +35,7 @@ static const char help_str[] =
 
 enum { OPT_DATASET = 256, OPT_ITERATIONS, OPT_LISTS, OPT_NO_CENTRE,
     OPT_ROTATION, OPT_ROTATION_BLOCK, OPT_SAMPLE, OPT_SCALE_SEARCH,
-    OPT_TRAIN };
+    OPT_THREADS, OPT_TRAIN };
 
 static const struct option longopts[] = {
 	{ "dataset",		required_argument,	NULL, OPT_DATASET },
@@ -48,10 +48,48 @@ static const struct option longopts[] = {
 	    OPT_ROTATION_BLOCK },
 	{ "sample",		required_argument,	NULL, OPT_SAMPLE },
 	{ "scale-search",	no_argument,		NULL, OPT_SCALE_SEARCH },
+	{ "threads",		required_argument,	NULL, OPT_THREADS },
 	{ "train",		required_argument,	NULL, OPT_TRAIN },
 	{ "version",		no_argument,		NULL, 'V' },
 	{ NULL,			0,			NULL, 0 }
 };
+
+/* The library's progress, a few times a second (common.c shows it only
+   on a terminal). */
+static void
+fit_progress(void *arg, const char *step, uint64_t done, uint64_t total)
+{
+	static double t0, last;
+	static const char *prev;
+	double t = now_seconds();
+
+	if (step != prev) {
+		prev = step;
+		t0 = t;
+	} else if (t - last < 0.2 && done != total)
+		return;
+	last = t;
+	if (strcmp(step, "reading") == 0) {
+		double rate = t > t0 ? (double)done / (t - t0) : 0.0;
+
+		char of[40] = "";
+
+		if (total > 0)
+			snprintf(of, sizeof(of), " of %llu",
+			    (unsigned long long)total);
+		if (rate > 0.0)
+			progress("reading: %llu%s rows, %.0f rows/s",
+			    (unsigned long long)done, of, rate);
+		else
+			progress("reading: %llu%s rows",
+			    (unsigned long long)done, of);
+	} else if (strcmp(step, "k-means") == 0)
+		progress("k-means: iteration %llu of at most %llu",
+		    (unsigned long long)done + 1, (unsigned long long)total);
+	else
+		progress("%s: %llu of %llu", step, (unsigned long long)done,
+		    (unsigned long long)total);
+}
 
 int
 main(int argc, char *argv[])
@@ -117,6 +155,9 @@ main(int argc, char *argv[])
 		case OPT_SCALE_SEARCH:
 			p.scale_search = 1;
 			break;
+		case OPT_THREADS:
+			p.threads = parse_u32(optarg, 0, 1024, "threads");
+			break;
 		case OPT_TRAIN:
 			p.train = parse_u64(optarg, 1, UINT64_MAX, "train");
 			break;
@@ -147,10 +188,12 @@ main(int argc, char *argv[])
 		dim = tq_reader_dim(r);
 	}
 	p.dim = dim;
+	p.progress = fit_progress;
 	st = tq_quantizer_fit(&p, r != NULL && (!p.no_centre || p.lists) ?
 	    r : NULL, &q);
 	if (st != TQ_OK)
 		die_status(st, r != NULL ? in_name(corpus) : NULL);
+	progress_done();
 	tq_reader_close(r);
 	if ((st = tq_quantizer_save(q, out)) != TQ_OK)
 		die_status(st, out);

@@ -139,6 +139,29 @@ print_json(const char *path, const struct tq_file_info *fi, int verified)
 	printf("}\n");
 }
 
+static void
+print_cpu(void)
+{
+	struct tq_blas_info bi;
+	const char *why = getenv("TQ_BLAS_REEXEC");
+
+	tq_blas_info(&bi);
+	printf("cpu: %s\n", tq_cpu_features());
+	printf("kernel: %s\n", tq_kernel_name());
+	printf("blas: %s\n", bi.library);
+	printf("blas-core: %s", bi.core != NULL ? bi.core : "unknown");
+	/* Set by cmd_init when it re-ran the program with a wider core. */
+	if (why != NULL && getenv("OPENBLAS_CORETYPE") != NULL)
+		printf(" (OPENBLAS_CORETYPE=%s set by tq; %s chosen by "
+		    "OpenBLAS)", getenv("OPENBLAS_CORETYPE"), why);
+	printf("\n");
+	printf("blas-threads: %d\n", bi.threads);
+	finish_stdout();
+	if (bi.wider != NULL)
+		warnmsg("warning: BLAS core %s is narrower than this CPU "
+		    "supports; set OPENBLAS_CORETYPE=%s", bi.core, bi.wider);
+}
+
 int
 main(int argc, char *argv[])
 {
@@ -172,9 +195,7 @@ main(int argc, char *argv[])
 	if (cpu) {
 		if (json || verify || argc > 0)
 			usage_error("--cpu takes no other option or file");
-		printf("cpu: %s\n", tq_cpu_features());
-		printf("kernel: %s\n", tq_kernel_name());
-		finish_stdout();
+		print_cpu();
 		return 0;
 	}
 	if (argc < 1)

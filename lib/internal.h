@@ -336,6 +336,25 @@ enum tq_status tq_ivf_nearest(const struct tq_ivf *v, uint32_t dim,
  */
 enum tq_status tq_kmeans(const float *x, size_t m, uint32_t dim, uint32_t k,
     unsigned iters, uint64_t seed, float *cent);
+/* BLAS threads (openblas_get_num_threads), 0 if not known. */
+int tq_blas_threads(void);
+/* The same on up to `threads` threads (0: one a CPU); the same result. */
+enum tq_status tq_ivf_nearest_threads(const struct tq_ivf *v, uint32_t dim,
+    const float *x, size_t n, int normalise, int ip, uint32_t p,
+    uint32_t *lists, float *scores, unsigned threads);
+/* How tq_kmeans_run runs: threads (0: one a CPU), progress (may be NULL). */
+struct tq_kmeans_params {
+	unsigned threads;
+	tq_progress_fn progress;
+	void *progress_arg;
+};
+/*
+ * tq_kmeans with threads and progress ("seeding": centres chosen of k;
+ * "k-means": iterations done of iters).  The same bytes for any threads.
+ */
+enum tq_status tq_kmeans_run(const float *x, size_t m, uint32_t dim,
+    uint32_t k, unsigned iters, uint64_t seed,
+    const struct tq_kmeans_params *kp, float *cent);
 /* A uniform integer in [0, n) from the splitmix64 state *g. */
 uint64_t tq_rand_below(uint64_t *g, uint64_t n);
 

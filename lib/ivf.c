@@ -18,6 +18,7 @@
  */
 #include <cblas.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -60,8 +61,8 @@ list_score(const struct tq_ivf *v, uint32_t o, float dot, float inv, int ip)
 	return ip ? dot : 2.0f * dot - v->n2[o];
 }
 
-enum tq_status
-tq_ivf_nearest(const struct tq_ivf *v, uint32_t dim, const float *x,
+static enum tq_status
+nearest_rows(const struct tq_ivf *v, uint32_t dim, const float *x,
     size_t n, int normalise, int ip, uint32_t p, uint32_t *lists,
     float *scores)
 {
@@ -124,11 +125,25 @@ tq_ivf_nearest(const struct tq_ivf *v, uint32_t dim, const float *x,
 			    (double)inv * v->cmax + v->n2max);
 			e = exact ? 0.0 : 2.0 * e;
 
-			tq_topk_reset(&h);
-			for (o = 0; o < nl; o++)
-				tq_topk_push(&h, list_score(v, o, si[o], inv, ip),
-				    o);
-			thr = (float)((double)h.key[0] - 2.0 * e);
+			if (p == 1) {
+				/* The heap's root for one list, as a scan. */
+				float best = -INFINITY;
+
+				for (o = 0; o < nl; o++) {
+					float sc = list_score(v, o, si[o], inv,
+					    ip);
+
+					if (sc > best)
+						best = sc;
+				}
+				thr = (float)((double)best - 2.0 * e);
+			} else {
+				tq_topk_reset(&h);
+				for (o = 0; o < nl; o++)
+					tq_topk_push(&h, list_score(v, o, si[o],
+					    inv, ip), o);
+				thr = (float)((double)h.key[0] - 2.0 * e);
+			}
 			/*
 			 * Written as "not below" so that NaN scores (from
 			 * centroids so large their products overflow) stay
@@ -159,6 +174,92 @@ done:
 	tq_topk_free(&h);
 	free(s);
 	free(cand);
+	return st;
+}
+
+/*
+ * Many rows with a single-threaded BLAS (the programs make it so: its
+ * threads spin between calls and slow tq's own) are split over threads
+ * here, as many as a multi-threaded BLAS would have used.
+ */
+enum tq_status
+tq_ivf_nearest(const struct tq_ivf *v, uint32_t dim, const float *x,
+    size_t n, int normalise, int ip, uint32_t p, uint32_t *lists,
+    float *scores)
+{
+	if (n >= 2 * NEAR_ROWS && tq_blas_threads() == 1)
+		return tq_ivf_nearest_threads(v, dim, x, n, normalise, ip, p,
+		    lists, scores, 0);
+	return nearest_rows(v, dim, x, n, normalise, ip, p, lists, scores);
+}
+
+struct near_job {
+	const struct tq_ivf *v;
+	uint32_t dim, p;
+	const float *x;
+	size_t n;
+	int normalise, ip;
+	uint32_t *lists;
+	float *scores;
+	enum tq_status st;
+	pthread_t tid;
+	int started;
+};
+
+static void *
+near_run(void *arg)
+{
+	struct near_job *j = arg;
+
+	j->st = nearest_rows(j->v, j->dim, j->x, j->n, j->normalise, j->ip,
+	    j->p, j->lists, j->scores);
+	return NULL;
+}
+
+/*
+ * tq_ivf_nearest on up to `threads` threads (0: one a CPU), each a
+ * contiguous range of rows.  A row's lists do not depend on the rows
+ * scored beside it, so the result is the same as on one thread.
+ */
+enum tq_status
+tq_ivf_nearest_threads(const struct tq_ivf *v, uint32_t dim, const float *x,
+    size_t n, int normalise, int ip, uint32_t p, uint32_t *lists,
+    float *scores, unsigned threads)
+{
+	struct near_job job[64];
+	unsigned nt = threads ? threads : tq_ncpu(), t;
+	enum tq_status st = TQ_OK;
+
+	if (p > v->nlist)
+		p = v->nlist;
+	if (nt > 64)
+		nt = 64;
+	/* At least one whole sgemm block a thread. */
+	if (nt > n / NEAR_ROWS)
+		nt = (unsigned)(n / NEAR_ROWS);
+	if (nt <= 1)
+		return nearest_rows(v, dim, x, n, normalise, ip, p, lists,
+		    scores);
+	for (t = 0; t < nt; t++) {
+		size_t r0 = n * t / nt, r1 = n * (t + 1) / nt;
+
+		job[t] = (struct near_job){ v, dim, p, x + r0 * dim, r1 - r0,
+		    normalise, ip, lists + r0 * p,
+		    scores != NULL ? scores + r0 * p : NULL, TQ_OK, 0, 0 };
+	}
+	for (t = 1; t < nt; t++)
+		job[t].started = pthread_create(&job[t].tid, NULL, near_run,
+		    &job[t]) == 0;
+	near_run(&job[0]);
+	for (t = 1; t < nt; t++) {
+		if (job[t].started)
+			pthread_join(job[t].tid, NULL);
+		else
+			near_run(&job[t]);
+	}
+	for (t = 0; t < nt; t++)
+		if (job[t].st != TQ_OK && st == TQ_OK)
+			st = job[t].st;
 	return st;
 }
 
@@ -204,68 +305,215 @@ tq_rand_below(uint64_t *g, uint64_t n)
  * k-means++ seeding on the first ms rows (the rows are already a uniform
  * sample): each next centre is a row drawn with probability proportional
  * to its squared distance to the nearest centre so far.
+ *
+ * Done one centre at a time this reads the whole subsample once per
+ * centre (3 162 passes over 155 MB for 3 162 lists at d = 768), a
+ * matrix-vector product bound by memory.  So the centres come in batches
+ * of up to SEED_BATCH, and the distances are brought up to date once per
+ * batch, a product of the rows with the batch's centres in tiles that
+ * stay in cache, split between threads by rows.  Within a batch the draw
+ * stays exactly k-means++: a row is drawn from the distances as the batch
+ * started, d0, and kept with probability d / d0, d its distance to the
+ * centres drawn so far including the batch's (rejection sampling: the
+ * kept rows follow d exactly).  A long run of rejections (the batch took
+ * most of the remaining mass) closes the batch early.
+ *
+ * Every distance is float fixed-order dot products (tq_dot_rows) combined
+ * in double, so the draws, and the centres, are the same bits whatever
+ * the thread count, the BLAS or the blocking.
  */
+#define SEED_BATCH 64
+#define SEED_REJECT 256
+#define SEED_ROWS 128
+
+struct seed_ctx {
+	const float *x;		/* ms rows */
+	const float *xn2;	/* their squared norms */
+	uint32_t dim;
+	const float *bc;	/* the batch's nb centres */
+	const float *bn2;	/* their squared norms */
+	uint32_t nb;
+	double *dist;		/* squared distance to the nearest centre */
+};
+
+struct seed_job {
+	const struct seed_ctx *c;
+	size_t r0, r1;
+	float *dot;		/* SEED_ROWS * SEED_BATCH */
+	pthread_t tid;
+	int started;
+};
+
+/* The squared distance of a row to a centre from their float products. */
+static inline double
+seed_d2(float xn2, float dot, float cn2)
+{
+	double d = (double)xn2 - 2.0 * (double)dot + (double)cn2;
+
+	return d < 0.0 ? 0.0 : d;
+}
+
+static void *
+seed_update(void *arg)
+{
+	struct seed_job *j = arg;
+	const struct seed_ctx *c = j->c;
+	uint32_t nb = c->nb, b;
+
+	for (size_t r = j->r0; r < j->r1; r += SEED_ROWS) {
+		size_t mr = j->r1 - r < SEED_ROWS ? j->r1 - r : SEED_ROWS;
+
+		tq_dot_rows(c->x + r * c->dim, c->dim, mr, c->bc, nb, c->dim,
+		    j->dot, nb);
+		for (size_t i = 0; i < mr; i++) {
+			double d = c->dist[r + i];
+
+			for (b = 0; b < nb; b++) {
+				double e = seed_d2(c->xn2[r + i],
+				    j->dot[i * nb + b], c->bn2[b]);
+
+				if (e < d)
+					d = e;
+			}
+			c->dist[r + i] = d;
+		}
+	}
+	return NULL;
+}
+
+/* seed_update over all ms rows on nt threads (the caller is one). */
+static void
+seed_update_all(const struct seed_ctx *c, size_t ms, struct seed_job *job,
+    unsigned nt)
+{
+	unsigned t;
+
+	for (t = 0; t < nt; t++) {
+		job[t].c = c;
+		job[t].r0 = ms * t / nt;
+		job[t].r1 = ms * (t + 1) / nt;
+	}
+	for (t = 1; t < nt; t++)
+		job[t].started = pthread_create(&job[t].tid, NULL, seed_update,
+		    &job[t]) == 0;
+	seed_update(&job[0]);
+	for (t = 1; t < nt; t++) {
+		if (job[t].started)
+			pthread_join(job[t].tid, NULL);
+		else
+			seed_update(&job[t]);
+	}
+}
+
 static enum tq_status
 seed_plusplus(const float *x, size_t ms, uint32_t dim, uint32_t k,
-    uint64_t *g, float *cent)
+    uint64_t *g, unsigned nt, const struct tq_kmeans_params *kp,
+    float *cent)
 {
 	double *dist = tq_mallocarray(ms, sizeof(double));
-	float *dot = tq_mallocarray(ms, sizeof(float));
+	double *cum = tq_mallocarray(ms, sizeof(double));
 	float *xn2 = tq_mallocarray(ms, sizeof(float));
+	float *bn2 = tq_mallocarray(SEED_BATCH, sizeof(float));
+	float *tmp = tq_mallocarray(SEED_BATCH, sizeof(float));
+	struct seed_job *job = tq_callocarray(nt, sizeof(*job));
+	struct seed_ctx sc;
+	enum tq_status st = TQ_OK;
 	size_t i, pick;
-	uint32_t c;
+	uint32_t c = 0, nb, b;
+	unsigned t;
 
-	if (dist == NULL || dot == NULL || xn2 == NULL) {
-		free(dist);
-		free(dot);
-		free(xn2);
-		return tq_fail(TQ_ERR_NOMEM, "k-means: out of memory");
+	for (t = 0; job != NULL && t < nt; t++)
+		if ((job[t].dot = tq_mallocarray((size_t)SEED_ROWS *
+		    SEED_BATCH, sizeof(float))) == NULL)
+			break;
+	if (dist == NULL || cum == NULL || xn2 == NULL || bn2 == NULL ||
+	    tmp == NULL || job == NULL || t < nt) {
+		st = tq_fail(TQ_ERR_NOMEM, "k-means: out of memory");
+		goto done;
 	}
 	for (i = 0; i < ms; i++) {
 		tq_dot_rows(x + i * dim, dim, 1, x + i * dim, 1, dim, &xn2[i], 1);
 		dist[i] = INFINITY;
 	}
+	sc = (struct seed_ctx){ x, xn2, dim, NULL, bn2, 0, dist };
+	/* The first batch is one uniform row. */
 	pick = (size_t)tq_rand_below(g, ms);
-	for (c = 0; c < k; c++) {
-		const float *cc = x + pick * dim;
-		float cn2;
-		double total = 0.0, r, acc = 0.0;
+	memcpy(cent, x + pick * dim, dim * sizeof(float));
+	bn2[0] = xn2[pick];
+	nb = 1;
+	for (;;) {
+		double total = 0.0;
+		unsigned rejects = 0;
 
-		memcpy(cent + (size_t)c * dim, cc, dim * sizeof(float));
-		if (c + 1 == k)
+		sc.bc = cent + (size_t)c * dim;
+		sc.nb = nb;
+		seed_update_all(&sc, ms, job, nt);
+		c += nb;
+		if (kp->progress != NULL)
+			kp->progress(kp->progress_arg, "seeding", c, k);
+		if (c == k)
 			break;
-		tq_dot_rows(cc, dim, 1, cc, 1, dim, &cn2, 1);
-		tq_dot_rows(x, dim, ms, cc, 1, dim, dot, 1);
 		for (i = 0; i < ms; i++) {
-			double d = (double)xn2[i] - 2.0 * (double)dot[i] +
-			    (double)cn2;
-
-			if (d < 0.0)
-				d = 0.0;
-			if (d < dist[i])
-				dist[i] = d;
 			total += dist[i];
+			cum[i] = total;
 		}
 		if (!(total > 0.0)) {
-			/* Every row sits on a centre: take the next row. */
-			pick = (pick + 1) % ms;
-			continue;
+			/* Every row sits on a centre: take the next rows. */
+			for (; c < k; c++) {
+				pick = (pick + 1) % ms;
+				memcpy(cent + (size_t)c * dim, x + pick * dim,
+				    dim * sizeof(float));
+			}
+			break;
 		}
-		r = unit(g) * total;
-		for (i = 0; i < ms; i++) {
-			acc += dist[i];
-			if (acc > r && dist[i] > 0.0)
-				break;
+		nb = 0;
+		while (nb < SEED_BATCH && c + nb < k && rejects < SEED_REJECT) {
+			double r = unit(g) * total, d0, d;
+			size_t lo = 0, hi = ms;
+
+			/* The first row whose running sum passes r. */
+			while (lo < hi) {
+				size_t mid = lo + (hi - lo) / 2;
+
+				if (cum[mid] > r)
+					hi = mid;
+				else
+					lo = mid + 1;
+			}
+			if (lo == ms)	/* rounding: the last row drawable */
+				for (lo = ms; lo-- > 0 && !(dist[lo] > 0.0);)
+					;
+			d = d0 = dist[lo];
+			if (nb > 0)
+				tq_dot_rows(x + lo * dim, dim, 1,
+				    cent + (size_t)c * dim, nb, dim, tmp, nb);
+			for (b = 0; b < nb; b++) {
+				double e = seed_d2(xn2[lo], tmp[b], bn2[b]);
+
+				if (e < d)
+					d = e;
+			}
+			if (!(unit(g) * d0 < d)) {
+				rejects++;
+				continue;
+			}
+			rejects = 0;
+			pick = lo;
+			memcpy(cent + (size_t)(c + nb) * dim, x + pick * dim,
+			    dim * sizeof(float));
+			bn2[nb++] = xn2[pick];
 		}
-		if (i == ms)	/* rounding: the last row that can be drawn */
-			for (i = ms; i-- > 0 && !(dist[i] > 0.0);)
-				;
-		pick = i;
 	}
+done:
+	for (t = 0; job != NULL && t < nt; t++)
+		free(job[t].dot);
+	free(job);
 	free(dist);
-	free(dot);
+	free(cum);
 	free(xn2);
-	return TQ_OK;
+	free(bn2);
+	free(tmp);
+	return st;
 }
 
 /*
@@ -275,9 +523,11 @@ seed_plusplus(const float *x, size_t ms, uint32_t dim, uint32_t k,
  * nudged apart, as FAISS does.
  */
 enum tq_status
-tq_kmeans(const float *x, size_t m, uint32_t dim, uint32_t k,
-    unsigned iters, uint64_t seed, float *cent)
+tq_kmeans_run(const float *x, size_t m, uint32_t dim, uint32_t k,
+    unsigned iters, uint64_t seed, const struct tq_kmeans_params *kp,
+    float *cent)
 {
+	unsigned nt = kp->threads ? kp->threads : tq_ncpu();
 	struct tq_ivf v;
 	uint32_t *lab = NULL, *prev = NULL;
 	uint64_t *cnt = NULL, g = seed ^ 0x6b6d65616e73ull;
@@ -292,7 +542,9 @@ tq_kmeans(const float *x, size_t m, uint32_t dim, uint32_t k,
 	ms = (size_t)k * 16 > 4096 ? (size_t)k * 16 : 4096;
 	if (ms > m)
 		ms = m;
-	TQ_TRY(seed_plusplus(x, ms, dim, k, &g, cent));
+	if (nt > 64)
+		nt = 64;
+	TQ_TRY(seed_plusplus(x, ms, dim, k, &g, nt, kp, cent));
 
 	memset(&v, 0, sizeof(v));
 	v.nlist = k;
@@ -308,9 +560,11 @@ tq_kmeans(const float *x, size_t m, uint32_t dim, uint32_t k,
 	for (unsigned it = 0; it < iters; it++) {
 		int changed = it == 0;
 
+		if (kp->progress != NULL)
+			kp->progress(kp->progress_arg, "k-means", it, iters);
 		if ((st = tq_ivf_prepare(&v, dim)) != TQ_OK ||
-		    (st = tq_ivf_nearest(&v, dim, x, m, 0, 0, 1, lab, NULL)) !=
-		    TQ_OK)
+		    (st = tq_ivf_nearest_threads(&v, dim, x, m, 0, 0, 1, lab,
+		    NULL, nt)) != TQ_OK)
 			goto done;
 		for (i = 0; i < m && !changed; i++)
 			changed = lab[i] != prev[i];
@@ -361,4 +615,13 @@ done:
 	free(cnt);
 	free(sum);
 	return st;
+}
+
+enum tq_status
+tq_kmeans(const float *x, size_t m, uint32_t dim, uint32_t k,
+    unsigned iters, uint64_t seed, float *cent)
+{
+	struct tq_kmeans_params kp = { 1, NULL, NULL };
+
+	return tq_kmeans_run(x, m, dim, k, iters, seed, &kp, cent);
 }

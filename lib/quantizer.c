@@ -160,14 +160,17 @@ reservoir_add(struct reservoir *rs, const float *x, uint32_t dim,
 
 			if (na > rs->cap)
 				na = rs->cap;
-			nr = tq_mallocarray(na, (size_t)dim * sizeof(float));
-			if (nr == NULL)
+			/*
+			 * realloc, not a new block and a copy: a large block
+			 * is moved by remapping its pages, so the old and the
+			 * new copy are never both resident (a copy made the
+			 * peak twice the sample's size at each doubling).
+			 */
+			if (na > SIZE_MAX / dim / sizeof(float) ||
+			    (nr = realloc(rs->rows, na * dim *
+			    sizeof(float))) == NULL)
 				return tq_fail(TQ_ERR_NOMEM, "fit: out of memory "
 				    "for %zu sample rows", na);
-			if (rs->len > 0)
-				memcpy(nr, rs->rows, rs->len * dim *
-				    sizeof(float));
-			free(rs->rows);
 			rs->rows = nr;
 			rs->alloc = na;
 		}
@@ -189,8 +192,13 @@ reservoir_add(struct reservoir *rs, const float *x, uint32_t dim,
  */
 static enum tq_status
 data_pass(struct tq_reader *r, uint32_t dim, enum tq_metric metric,
-    uint64_t sample, float *centre, struct reservoir *rs, uint64_t *nseen)
+    const struct tq_fit_params *p, float *centre, struct reservoir *rs,
+    uint64_t *nseen)
 {
+	uint64_t sample = p->sample;
+	int64_t count = tq_reader_count(r);
+	uint64_t total = count < 0 ? 0 : sample != 0 &&
+	    (uint64_t)count > sample ? sample : (uint64_t)count;
 	double *sum;
 	float *buf;
 	uint64_t seen = 0;
@@ -235,6 +243,8 @@ data_pass(struct tq_reader *r, uint32_t dim, enum tq_metric metric,
 		if (st != TQ_OK)
 			break;
 		seen += got;
+		if (p->progress != NULL)
+			p->progress(p->progress_arg, "reading", seen, total);
 	}
 	*nseen = seen;
 	if (st == TQ_OK && seen == 0)
@@ -257,6 +267,7 @@ static enum tq_status
 fit_lists(struct tq_quantizer *q, const struct tq_fit_params *p,
     struct reservoir *rs, uint64_t seen)
 {
+	struct tq_kmeans_params kp;
 	uint32_t k = p->lists;
 	size_t m = rs->len;
 
@@ -277,8 +288,11 @@ fit_lists(struct tq_quantizer *q, const struct tq_fit_params *p,
 	    sizeof(float))) == NULL)
 		return tq_fail(TQ_ERR_NOMEM, "fit: out of memory for %u lists",
 		    (unsigned)k);
-	TQ_TRY(tq_kmeans(rs->rows, m, q->dim, k, p->iterations, p->seed,
-	    q->ivfmem));
+	kp.threads = p->threads;
+	kp.progress = p->progress;
+	kp.progress_arg = p->progress_arg;
+	TQ_TRY(tq_kmeans_run(rs->rows, m, q->dim, k, p->iterations, p->seed,
+	    &kp, q->ivfmem));
 	q->ivf.nlist = k;
 	q->ivf.cent = q->ivfmem;
 	return tq_ivf_prepare(&q->ivf, q->dim);
@@ -320,6 +334,16 @@ tq_quantizer_fit(const struct tq_fit_params *p, struct tq_reader *data,
 		if (cap == 0)
 			cap = lists == TQ_LISTS_AUTO ? (uint64_t)1 << 20 :
 			    (uint64_t)lists * TQ_TRAIN_PER_LIST;
+		/* No room for more rows than the input holds: the sample
+		   grows by doubling, which would otherwise overshoot. */
+		if (tq_reader_count(data) >= 0) {
+			uint64_t rows = (uint64_t)tq_reader_count(data);
+
+			if (p->sample != 0 && p->sample < rows)
+				rows = p->sample;
+			if (rows < cap)
+				cap = rows;
+		}
 		rs.cap = cap > SIZE_MAX / 2 ? SIZE_MAX / 2 : (size_t)cap;
 	}
 	if ((q = calloc(1, sizeof(*q))) == NULL)
@@ -342,7 +366,7 @@ tq_quantizer_fit(const struct tq_fit_params *p, struct tq_reader *data,
 		goto fail;
 	}
 	q->rcentre = q->centre + dim;
-	if (data != NULL && (st = data_pass(data, dim, p->metric, p->sample,
+	if (data != NULL && (st = data_pass(data, dim, p->metric, p,
 	    q->centre, &rs, &seen)) != TQ_OK)
 		goto fail;
 	if (data != NULL && p->no_centre)

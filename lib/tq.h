@@ -283,6 +283,17 @@ enum tq_rotation {
 #define TQ_DENSE_MAX_DIM 4096u
 #define TQ_ROT_BLOCK_MAX 256u
 
+/*
+ * Progress of a long step, for a program to show (the library never
+ * prints).  `step` names it ("reading": rows read, total the rows to read
+ * or 0 if not known; "seeding": k-means centres chosen of total;
+ * "k-means": Lloyd iterations done of at most total); called from the
+ * thread that called the library, at most a few times a second for
+ * "reading" and once per batch or iteration otherwise.
+ */
+typedef void (*tq_progress_fn)(void *arg, const char *step, uint64_t done,
+    uint64_t total);
+
 struct tq_fit_params {
 	uint32_t dim;		/* 1 .. TQ_MAX_DIM; 0 = take it from `data` */
 	unsigned bits;		/* 1, 2, 3 or 4 */
@@ -306,6 +317,10 @@ struct tq_fit_params {
 				   when no row changes list) */
 	int no_centre;		/* 1: centre 0 even with data (which then
 				   serves the lists only) */
+	unsigned threads;	/* k-means threads, 0 = one a CPU; the
+				   result does not depend on it */
+	tq_progress_fn progress;	/* NULL = none */
+	void *progress_arg;	/* passed to progress */
 };
 #define TQ_LISTS_AUTO UINT32_MAX
 #define TQ_MAX_LISTS (1u << 24)
@@ -665,11 +680,68 @@ enum tq_status tq_file_verify(const char *path);
 const char *tq_kernel_name(void);
 /*
  * Instruction-set features detected on this machine and usable (the OS
- * saves their registers), space-separated, e.g. "sse4.2 avx avx2 fma bmi2
- * avx512f avx512bw avx512vl avx512vbmi avx512vnni"; "" if none.  Static.
+ * saves their registers), space-separated, e.g. "sse4.2 avx avx2 fma f16c
+ * bmi2 avx512f avx512dq avx512cd avx512bw avx512vl avx512vbmi avx512vnni";
+ * "" if none.  Static.
  */
 const char *tq_cpu_features(void);
 
+/* ------------------------------------------------------------------------ */
+/* BLAS                                                                      */
+
+/*
+ * libtq uses BLAS (sgemm) for the products that dominate fitting lists,
+ * assigning rows to them and exact search; results never depend on which
+ * BLAS kernels run or on their thread count (every choice is settled in a
+ * fixed summation order), only the time does.
+ *
+ * OpenBLAS built for many CPUs (DYNAMIC_ARCH, as Debian's) picks its
+ * kernels when it is loaded, before main(), from a table of CPU models;
+ * a CPU newer than its table gets the oldest SSE3 kernels ("Prescott"),
+ * several times slower.  The tq programs check this at start and, when
+ * OPENBLAS_CORETYPE is unset and the CPU supports wider kernels, run
+ * themselves again once with it set.  A program that links libtq cannot
+ * be changed from inside: check tq_blas_info() and, when `wider` is set,
+ * start the program with OPENBLAS_CORETYPE=<wider> in its environment
+ * (it must be set before the process starts; setenv() in main() is too
+ * late).  OpenBLAS does not check a forced name against the CPU: use the
+ * name tq_blas_info() proposes, not a guess.
+ *
+ * OpenBLAS's own threads spin for a while after each call; a program that
+ * runs libtq's threaded functions (threads != 1) does best with
+ * OPENBLAS_NUM_THREADS=1 (or tq_blas_set_threads(1)), as the tq programs
+ * do: libtq then runs the products on its own threads.
+ */
+struct tq_blas_info {
+	const char *library;	/* openblas_get_config(), or "unknown" */
+	const char *core;	/* kernel family running (openblas_get_corename,
+				   e.g. "Haswell"), NULL if unknown */
+	int threads;		/* BLAS threads, 0 if unknown */
+	const char *wider;	/* a wider family this CPU runs, for
+				   OPENBLAS_CORETYPE; NULL if none is better
+				   or the running one is not known */
+};
+
+/* Describes the BLAS in use.  The strings are static. */
+void tq_blas_info(struct tq_blas_info *out);
+/*
+ * The widest OpenBLAS kernel family whose instructions all appear in
+ * `features` (a tq_cpu_features()-style list): "SkylakeX" (avx512f,
+ * avx512bw, avx512vl, avx512dq, avx512cd), "Haswell" (avx2, fma),
+ * "Sandybridge" (avx), "Nehalem" (sse4.2); NULL for none of these.
+ */
+const char *tq_blas_core_for(const char *features);
+/*
+ * tq_blas_core_for(features) if its family is wider than `current` (an
+ * openblas_get_corename() name), else NULL; also NULL when `current` is
+ * NULL or a name it does not know.  Pure: no CPU or BLAS is asked.
+ */
+const char *tq_blas_core_wider(const char *features, const char *current);
+/*
+ * Sets the BLAS thread count (openblas_set_num_threads, process-wide);
+ * returns 0 if the BLAS offers no such call or n < 1, else 1.
+ */
+int tq_blas_set_threads(int n);
 #ifdef __GNUC__
 #pragma GCC visibility pop
 #endif

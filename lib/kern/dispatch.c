@@ -52,7 +52,10 @@ enum {
 	F_AVX512VBMI = 1u << 8,
 	F_AVX512VNNI = 1u << 9,
 	F_F16C = 1u << 10,
-	F_AMX = 1u << 11	/* AMX-TILE, AMX-INT8, OS state and permission */
+	F_AMX = 1u << 11,	/* AMX-TILE, AMX-INT8, OS state and permission */
+	/* Not needed by tq's kernels; OpenBLAS's SkylakeX ones use them. */
+	F_AVX512DQ = 1u << 12,
+	F_AVX512CD = 1u << 13
 };
 
 static const struct {
@@ -66,6 +69,8 @@ static const struct {
 	{ F_F16C, "f16c" },
 	{ F_BMI2, "bmi2" },
 	{ F_AVX512F, "avx512f" },
+	{ F_AVX512DQ, "avx512dq" },
+	{ F_AVX512CD, "avx512cd" },
 	{ F_AVX512BW, "avx512bw" },
 	{ F_AVX512VL, "avx512vl" },
 	{ F_AVX512VBMI, "avx512vbmi" },
@@ -197,6 +202,10 @@ detect(void)
 			have |= F_AVX2;
 		if (zmm && (b & (1u << 16))) {
 			have |= F_AVX512F;
+			if (b & (1u << 17))
+				have |= F_AVX512DQ;
+			if (b & (1u << 28))
+				have |= F_AVX512CD;
 			if (b & (1u << 30))
 				have |= F_AVX512BW;
 			if (b & (1u << 31))

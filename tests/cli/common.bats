@@ -8,7 +8,7 @@ PROGS="tq-fit tq-encode tq-build tq-search tq-merge tq-recall tq-inspect tq-cat"
 # The SYNOPSIS of each program as the man pages give it, whitespace collapsed.
 synopsis() {
 	case $1 in
-	tq-fit) echo 'tq-fit [-b bits] [-m metric] [-s seed] [--dataset name] [--no-centre] [--rotation auto|dense|structured] [--rotation-block n] [--sample n] [--scale-search] [--lists n|auto] [--train n] [--iterations n] (-d dim | -i corpus) -o quantizer' ;;
+	tq-fit) echo 'tq-fit [-b bits] [-m metric] [-s seed] [--dataset name] [--no-centre] [--rotation auto|dense|structured] [--rotation-block n] [--sample n] [--scale-search] [--lists n|auto] [--train n] [--iterations n] [--threads n] (-d dim | -i corpus) -o quantizer' ;;
 	tq-encode) echo 'tq-encode -q quantizer [-i input] [-o output] [--dataset name] [--threads n] tq-encode --decode -q quantizer [-i codes] [-o output] [--format fixture|fvecs]' ;;
 	tq-build) echo 'tq-build [-q quantizer | [-b bits] [-m metric] [-s seed] [--no-centre] [--lists n|auto]] [--ids file] [--originals f32|f16|none] [--threads n] [--memory MiB] [--dups m] [--dup-ratio r] [--dataset name] [--shard i/n] [-v] -o index corpus tq-build --append [--ids file [--replace]] [--threads n] [--memory MiB] [--max-segments n] [--no-wait] [--dataset name] [-v] [-o output] index corpus tq-build --delete ids [--no-wait] [-v] [-o output] index tq-build --compact [--threads n] [--memory MiB] [--no-wait] [-v] [-o output] index' ;;
 	tq-search) echo 'tq-search [-k k] [-i queries] [-o output] [--oversample f] [--threads n] [--batch n] [--format tsv|json|ivecs] [--dataset name] [--allow ids] [--radius r] [--probes n] index' ;;

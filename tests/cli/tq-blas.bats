@@ -1,0 +1,126 @@
+#!/usr/bin/env bats
+# BLAS: the same quantizer whatever the OpenBLAS kernels and threads;
+# tq-inspect --cpu reports the BLAS; the programs re-run themselves with
+# a wider OpenBLAS core when OpenBLAS picked a narrow one.
+
+load helpers
+
+setup() {
+	cd_tmp
+	unset OPENBLAS_CORETYPE OPENBLAS_NUM_THREADS TQ_BLAS_REEXEC
+}
+
+# The cores to compare: Prescott runs on every x86-64, then the widest
+# this CPU takes (tq-inspect advises only names the CPU can run).
+cores() {
+	local line
+	echo Prescott
+	line=$("$TQ_BIN/tq-inspect" --cpu | sed -n 's/^blas-core: //p')
+	echo "${line%% *}"
+}
+
+# The checksum of section $2 of file $1.
+sum_of() {
+	"$TQ_BIN/tq-inspect" "$1" | awk -v t="$2" '$1 == t { print $7 }'
+}
+
+@test "tq-fit --lists: the same bytes across OpenBLAS cores and threads" {
+	local c t
+	mkfix c.bin 24 3000 3 --clusters 20
+	# The structured rotation is tq's own code; the dense one goes
+	# through dgemm, whose rounding differs between FMA and non-FMA
+	# kernels, so only its k-means sections are compared below.
+	"$TQ_BIN/tq-fit" -i c.bin --lists 100 --rotation structured -o ref.tq
+	for c in $(cores); do
+		for t in 1 2; do
+			OPENBLAS_CORETYPE=$c OPENBLAS_NUM_THREADS=$t \
+			    "$TQ_BIN/tq-fit" -i c.bin --lists 100 \
+			    --rotation structured --threads 3 -o "s-$c-$t.tq"
+			cmp ref.tq "s-$c-$t.tq"
+		done
+	done
+	for t in 1 2 3; do
+		"$TQ_BIN/tq-fit" -i c.bin --lists 100 --rotation structured \
+		    --threads $t -o "t$t.tq"
+		cmp ref.tq "t$t.tq"
+	done
+	"$TQ_BIN/tq-fit" -i c.bin --lists 100 -o dense.tq
+	for c in $(cores); do
+		OPENBLAS_CORETYPE=$c "$TQ_BIN/tq-fit" -i c.bin --lists 100 \
+		    -o "d-$c.tq"
+		assert_equal "$(sum_of "d-$c.tq" IVFC)" "$(sum_of dense.tq IVFC)"
+		assert_equal "$(sum_of "d-$c.tq" CENT)" "$(sum_of dense.tq CENT)"
+	done
+}
+
+@test "tq-inspect --cpu: BLAS library, core, threads; a narrow core warns" {
+	run --separate-stderr "$TQ_BIN/tq-inspect" --cpu
+	assert_status 0
+	[[ "$output" == *$'\nblas: '* ]] || { show; false; }
+	[[ "$output" == *$'\nblas-core: '* ]] || { show; false; }
+	[[ "$output" =~ $'\n'blas-threads:\ [0-9]+ ]] || { show; false; }
+	assert_equal "$stderr" ""
+	OPENBLAS_NUM_THREADS=1 run --separate-stderr "$TQ_BIN/tq-inspect" --cpu
+	[[ "$output" == *$'\nblas-threads: 1'* ]] || { show; false; }
+	# Prescott is narrower than any CPU with SSE4.2; the user's choice
+	# stands (no re-run), with a warning naming the variable to set.
+	OPENBLAS_CORETYPE=Prescott run --separate-stderr \
+	    "$TQ_BIN/tq-inspect" --cpu
+	assert_status 0
+	[[ "$output" == *$'\nblas-core: Prescott\n'* ]] || { show; false; }
+	if [[ "$output" == *sse4.2* ]]; then
+		[[ "$stderr" =~ ^tq-inspect:\ warning:\ BLAS\ core\ Prescott\ is\ narrower\ than\ this\ CPU\ supports\;\ set\ OPENBLAS_CORETYPE=[A-Za-z]+$ ]] ||
+		    { show; false; }
+	fi
+}
+
+# An OpenBLAS that picked Prescott, simulated: a preloaded
+# openblas_get_corename answers "Prescott" until OPENBLAS_CORETYPE is set.
+mkshim() {
+	command -v cc >/dev/null || skip "no C compiler"
+	! ldd "$TQ_BIN/tq-inspect" | grep -q libasan ||
+	    skip "sanitizer build: no preloading"
+	cat >shim.c <<'EOF'
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdlib.h>
+char *openblas_get_corename(void)
+{
+	const char *e = getenv("OPENBLAS_CORETYPE");
+	char *(*real)(void);
+
+	if (e == NULL || *e == '\0')
+		return "Prescott";
+	real = (char *(*)(void))dlsym(RTLD_NEXT, "openblas_get_corename");
+	return real();
+}
+EOF
+	cc -shared -fPIC -o shim.so shim.c -ldl
+	rm shim.c
+}
+
+@test "a narrow OpenBLAS core: the programs re-run once with a wider one" {
+	mkshim
+	run --separate-stderr env LD_PRELOAD="$PWD/shim.so" \
+	    "$TQ_BIN/tq-inspect" --cpu
+	assert_status 0
+	if [[ "$output" != *sse4.2* ]]; then
+		skip "no wider core for this CPU"
+	fi
+	[[ "$output" == *"set by tq; Prescott chosen by OpenBLAS"* ]] ||
+	    { show; false; }
+	assert_equal "$stderr" ""
+	# The marker of a re-run stops a second one.
+	run --separate-stderr env LD_PRELOAD="$PWD/shim.so" TQ_BLAS_REEXEC=x \
+	    "$TQ_BIN/tq-inspect" --cpu
+	[[ "$output" == *$'\nblas-core: Prescott\n'* ]] || { show; false; }
+	# Standard input survives the re-run: the same quantizer from a pipe.
+	mkfix c.bin 16 500 4
+	"$TQ_BIN/tq-fit" -i c.bin --lists 10 --rotation structured -o a.tq
+	LD_PRELOAD="$PWD/shim.so" "$TQ_BIN/tq-fit" -i - --lists 10 \
+	    --rotation structured -o b.tq <c.bin
+	cmp a.tq b.tq
+	cat c.bin | LD_PRELOAD="$PWD/shim.so" "$TQ_BIN/tq-fit" -i - \
+	    --lists 10 --rotation structured -o c.tq
+	cmp a.tq c.tq
+}
