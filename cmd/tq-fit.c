@@ -30,6 +30,7 @@ static const char help_str[] =
     "  -s seed               the seed of the rotation (default 42)\n"
     "      --sample n        read only the first n rows (default 0: all)\n"
     "      --scale-search    encode by an exact search for each vector's scale\n"
+    "      --threads n       k-means threads (default 0: all cores)\n"
     "      --train n         k-means sample rows (default 128 a list)\n"
     "  -V, --version         print the version and exit\n";
 
