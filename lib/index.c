@@ -155,6 +155,11 @@ lock_target(const char *path, const struct tq_build_params *p, int *fd)
 /* ------------------------------------------------------------------------ */
 /* Build                                                                     */
 
+struct spill_chunk {
+	uint64_t off;
+	size_t len;
+};
+
 struct build {
 	const struct tq_quantizer *q;
 	const struct tq_build_params *p;
@@ -182,9 +187,18 @@ struct build {
 	uint32_t *lab;		/* chunk * dups: lists of each buffered row,
 				   UINT32_MAX for none */
 	float *lsc;		/* chunk * dups: their scores */
-	int sfd;		/* spill file */
-	uint8_t *sbuf;		/* spill write buffer */
-	size_t slen, scap;
+	/*
+	 * The spill file, in buckets of consecutive lists: bucket k holds
+	 * lists [lbeg[k], lbeg[k + 1]) and lies in the chunks schunk[k] of
+	 * the file, so that writing the lists reads each record once.
+	 */
+	int sfd;
+	uint32_t nbucket;
+	uint32_t *lbeg;		/* nbucket + 1 */
+	uint8_t *sbuf;		/* nbucket write buffers of bcap bytes */
+	size_t *slen, bcap, scap;
+	struct spill_chunk **schunk;
+	size_t *nchunk, *capchunk;
 	uint64_t soff, srows;
 	size_t rec;		/* spill record bytes */
 	uint64_t *count;	/* rows a list */
@@ -226,6 +240,13 @@ build_free(struct build *b)
 	free(b->lab);
 	free(b->lsc);
 	free(b->sbuf);
+	free(b->slen);
+	free(b->lbeg);
+	for (uint32_t k = 0; b->schunk != NULL && k < b->nbucket; k++)
+		free(b->schunk[k]);
+	free(b->schunk);
+	free(b->nchunk);
+	free(b->capchunk);
 	free(b->count);
 	free(b->ocount);
 	free(b->allids);
@@ -265,9 +286,8 @@ build_alloc(struct build *b)
 		b->lab = tq_mallocarray(b->chunk, b->dups * sizeof(*b->lab));
 		b->lsc = tq_mallocarray(b->chunk, b->dups * sizeof(*b->lsc));
 		b->count = tq_callocarray(b->q->ivf.nlist, sizeof(*b->count));
-		b->scap = (size_t)4 << 20;
-		b->sbuf = malloc(b->scap);
-		if (!b->lab || !b->lsc || !b->count || !b->sbuf)
+		b->scap = (size_t)4 << 20;	/* the largest record */
+		if (!b->lab || !b->lsc || !b->count)
 			return tq_fail(TQ_ERR_NOMEM, "out of memory");
 	}
 	return TQ_OK;
@@ -536,20 +556,74 @@ orig_bytes(const struct build *b)
  * A spill record: u32 list, packed codes, the factors (host floats),
  * the id (8 bytes, little-endian) and the stored originals.
  */
+/*
+ * Buckets: up to SPILL_BUCKETS of consecutive lists, each with a write
+ * buffer, SPILL_BUFFERS bytes in all.  The lists are written a bucket at a
+ * time, reading that bucket's records only: the spill is read once when a
+ * bucket fits in --memory (a corpus of up to SPILL_BUCKETS windows), not
+ * once per window.  10M x 768 with 76 windows read the 20 GB spill 76
+ * times (1.5 TB).
+ */
+#define SPILL_BUCKETS 256u
+#define SPILL_BUFFERS ((size_t)32 << 20)
+
 static enum tq_status
 spill_open(struct build *b, const char *path)
 {
+	uint32_t nl = b->q->ivf.nlist, k;
 	char *tmp;
 
 	b->rec = 4 + tq_code_bytes(b->q) + TQ_NFACTORS * sizeof(float) + 8 +
 	    orig_bytes(b);
 	if (b->rec > b->scap)
 		return tq_fail(TQ_ERR_OVERFLOW, "rows too large to spill");
+	b->nbucket = nl < SPILL_BUCKETS ? nl : SPILL_BUCKETS;
+	b->bcap = SPILL_BUFFERS / b->nbucket / b->rec * b->rec;
+	if (b->bcap < b->rec)
+		b->bcap = b->rec;
+	b->sbuf = tq_mallocarray(b->nbucket, b->bcap);
+	b->slen = tq_callocarray(b->nbucket, sizeof(*b->slen));
+	b->lbeg = tq_callocarray((size_t)b->nbucket + 1, sizeof(*b->lbeg));
+	b->schunk = tq_callocarray(b->nbucket, sizeof(*b->schunk));
+	b->nchunk = tq_callocarray(b->nbucket, sizeof(*b->nchunk));
+	b->capchunk = tq_callocarray(b->nbucket, sizeof(*b->capchunk));
+	if (!b->sbuf || !b->slen || !b->lbeg || !b->schunk || !b->nchunk ||
+	    !b->capchunk)
+		return tq_fail(TQ_ERR_NOMEM, "out of memory");
+	/* Bucket of list l: l * nbucket / nl; lbeg[k], its first list. */
+	for (k = 0; k <= b->nbucket; k++)
+		b->lbeg[k] = (uint32_t)(((uint64_t)k * nl + b->nbucket - 1) /
+		    b->nbucket);
 	if ((b->sfd = tq_tmpfile_beside(path, &tmp)) == -1)
 		return tq_fail(TQ_ERR_IO, "cannot create a spill file beside "
 		    "it: %s", strerror(errno));
 	unlink(tmp);
 	free(tmp);
+	return TQ_OK;
+}
+
+/* Writes bucket k's buffer to the end of the spill, as a chunk of it. */
+static enum tq_status
+spill_flush(struct build *b, uint32_t k)
+{
+	struct spill_chunk *c;
+
+	if (b->slen[k] == 0)
+		return TQ_OK;
+	if (b->nchunk[k] == b->capchunk[k]) {
+		size_t cap = b->capchunk[k] ? 2 * b->capchunk[k] : 16;
+
+		if ((c = realloc(b->schunk[k], cap * sizeof(*c))) == NULL)
+			return tq_fail(TQ_ERR_NOMEM, "out of memory");
+		b->schunk[k] = c;
+		b->capchunk[k] = cap;
+	}
+	TQ_TRY(write_all(b->sfd, "spill", b->sbuf + k * b->bcap, b->slen[k],
+	    b->soff));
+	b->schunk[k][b->nchunk[k]++] = (struct spill_chunk){ b->soff,
+	    b->slen[k] };
+	b->soff += b->slen[k];
+	b->slen[k] = 0;
 	return TQ_OK;
 }
 
@@ -561,17 +635,16 @@ spill_rows(struct build *b, size_t rows)
 
 	for (size_t e = 0; e < rows * b->dups; e++) {
 		size_t i = e / b->dups;
+		uint32_t k;
 		uint8_t *r;
 
 		if (b->lab[e] == UINT32_MAX)
 			continue;
-		if (b->slen + b->rec > b->scap) {
-			TQ_TRY(write_all(b->sfd, "spill", b->sbuf, b->slen,
-			    b->soff));
-			b->soff += b->slen;
-			b->slen = 0;
-		}
-		r = b->sbuf + b->slen;
+		k = (uint32_t)((uint64_t)b->lab[e] * b->nbucket /
+		    b->q->ivf.nlist);
+		if (b->slen[k] + b->rec > b->bcap)
+			TQ_TRY(spill_flush(b, k));
+		r = b->sbuf + k * b->bcap + b->slen[k];
 		wr_le32(r, b->lab[e]);
 		tq_pack_row(q, b->codes + i * q->dim, r + 4);
 		memcpy(r + 4 + cb, b->factors + i * TQ_NFACTORS,
@@ -581,7 +654,7 @@ spill_rows(struct build *b, size_t rows)
 		if (ob > 0)
 			memcpy(r + 4 + cb + TQ_NFACTORS * sizeof(float) + 8,
 			    b->obuf + i * ob, ob);
-		b->slen += b->rec;
+		b->slen[k] += b->rec;
 		b->count[b->lab[e]]++;
 		b->srows++;
 	}
@@ -796,16 +869,13 @@ ivf_emit(struct build *b, const char *path)
 	uint8_t *wbuf = NULL, *rbuf = NULL, *lbuf = NULL;
 	size_t rbytes = ((size_t)4 << 20) / b->rec * b->rec;
 	struct ocur oc = { 0, 0, 0, 0 };	/* the list being written's */
+	size_t at = 0;		/* rows in the chunk buffers */
 	enum tq_status st = TQ_OK;
 
 	/* Copies in more lists make the row count known only now. */
 	TQ_TRY(open_output(b, path, n));
-	if (b->slen > 0) {
-		TQ_TRY(write_all(b->sfd, "spill", b->sbuf, b->slen,
-		    b->soff));
-		b->soff += b->slen;
-		b->slen = 0;
-	}
+	for (uint32_t k = 0; k < b->nbucket; k++)
+		TQ_TRY(spill_flush(b, k));
 	mem = b->p->memory ? b->p->memory : TQ_BUILD_MEMORY;
 	win = mem / b->rec / b->chunk * b->chunk;
 	if (win < b->chunk)
@@ -831,37 +901,47 @@ ivf_emit(struct build *b, const char *path)
 	    TQ_OK)
 		goto done;
 
-	for (uint64_t r0 = 0; r0 < n; r0 += win) {
-		uint64_t r1 = n - r0 < win ? n : r0 + win, so = 0;
-		size_t at = 0;
+	/*
+	 * Bucket by bucket, in windows of at most win rows of its lists; a
+	 * window reads its bucket's chunks only.  The chunk buffers fill
+	 * across windows (at), so the blocks are those of one pass.
+	 */
+	for (uint32_t k = 0, l = 0; k < b->nbucket; k++) {
+	    uint32_t la = b->lbeg[k], lz = b->lbeg[k + 1];
 
-		memcpy(cur, off, nl * sizeof(*cur));
-		if (b->old != NULL)
-			for (uint32_t l = 0; l < nl; l++)
-				cur[l] += b->ocount[l];
-		while (so < b->soff) {
-			size_t len = b->soff - so < rbytes ?
-			    (size_t)(b->soff - so) : rbytes;
+	    for (uint64_t r0 = off[la]; r0 < off[lz]; r0 += win) {
+		uint64_t r1 = off[lz] - r0 < win ? off[lz] : r0 + win;
 
-			if ((st = read_all(b->sfd, "spill", rbuf, len, so)) != TQ_OK)
+		for (uint32_t j = la; j < lz; j++)
+			cur[j] = off[j] + (b->old != NULL ? b->ocount[j] : 0);
+		for (size_t c = 0; c < b->nchunk[k]; c++) {
+		    const struct spill_chunk *ck = &b->schunk[k][c];
+
+		    for (size_t so = 0; so < ck->len; ) {
+			size_t len = ck->len - so < rbytes ? ck->len - so :
+			    rbytes;
+
+			if ((st = read_all(b->sfd, "spill", rbuf, len,
+			    ck->off + so)) != TQ_OK)
 				goto done;
 			for (size_t e = 0; e < len; e += b->rec) {
-				uint32_t l = rd_le32(rbuf + e);
+				uint32_t li = rd_le32(rbuf + e);
 				uint64_t pos;
 
-				if (l >= nl) {
+				if (li < la || li >= lz) {
 					st = tq_fail(TQ_ERR_IO, "spill file "
 					    "damaged");
 					goto done;
 				}
-				pos = cur[l]++;
+				pos = cur[li]++;
 				if (pos >= r0 && pos < r1)
 					memcpy(wbuf + (pos - r0) * b->rec,
 					    rbuf + e, b->rec);
 			}
 			so += len;
+		    }
 		}
-		for (uint64_t r = r0, l = 0; r < r1; ) {
+		for (uint64_t r = r0; r < r1; ) {
 			size_t len = 1;
 
 			if (at == 0 && n - r < b->chunk)
@@ -895,9 +975,10 @@ ivf_emit(struct build *b, const char *path)
 				at = 0;
 			}
 		}
-		if (at > 0 && (st = chunk_out(b, at)) != TQ_OK)
-			goto done;
+	    }
 	}
+	if (at > 0 && (st = chunk_out(b, at)) != TQ_OK)
+		goto done;
 done:
 	free(off);
 	free(cur);
@@ -1067,13 +1148,24 @@ build_run(struct build *b, struct source *src, const char *path)
 	unsigned threads = b->p->threads ? b->p->threads : tq_ncpu();
 	size_t got;
 
-	if (src->fd < 0 && tq_reader_count(src->r) < 0)
+	int open_end;
+
+	/*
+	 * A flat index's sections are sized before its first row, so a
+	 * stream of unknown length is spooled first.  An IVF build spills
+	 * its encoded rows anyway and sizes the output only when the lists
+	 * are written: it reads the stream to its end, with no spool.
+	 */
+	if (src->fd < 0 && tq_reader_count(src->r) < 0 && !b->ivf)
 		TQ_TRY(source_spool(src, path, b->x, b->chunk));
-	n = src->fd >= 0 ? src->n : (uint64_t)tq_reader_count(src->r);
+	open_end = src->fd < 0 && tq_reader_count(src->r) < 0;
+	n = open_end ? UINT64_MAX : src->fd >= 0 ? src->n :
+	    (uint64_t)tq_reader_count(src->r);
 	src->n = n;
 	if (n == 0)
 		return tq_fail(TQ_ERR_EMPTY, "no vectors");
-	TQ_TRY(ids_count_check(b, n));
+	if (!open_end)
+		TQ_TRY(ids_count_check(b, n));
 	if (b->ivf)
 		TQ_TRY(spill_open(b, path));
 	else
@@ -1083,12 +1175,20 @@ build_run(struct build *b, struct source *src, const char *path)
 		size_t want = n - row < b->chunk ? (size_t)(n - row) : b->chunk;
 
 		TQ_TRY(source_read(src, b->x, want, &got));
-		if (got < want)
+		if (got == 0 && open_end)
+			break;
+		if (got < want && !open_end)
 			return tq_fail(TQ_ERR_FORMAT, "truncated: expected "
 			    "%llu rows, got %llu", (unsigned long long)n,
 			    (unsigned long long)(row + got));
 		TQ_TRY(write_chunk(b, got, row, threads));
 		row += got;
+	}
+	if (open_end) {
+		n = src->n = row;
+		if (n == 0)
+			return tq_fail(TQ_ERR_EMPTY, "no vectors");
+		TQ_TRY(ids_count_check(b, n));
 	}
 	TQ_TRY(input_done(b, src, n));
 	return b->ivf ? ivf_emit(b, path) : TQ_OK;

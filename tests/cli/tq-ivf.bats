@@ -65,9 +65,9 @@ setup() {
 	"$TQ_BIN/tq-search" -k 10 --probes 1000 --oversample 4 -i "$F/q.bin" "$F/ivf.tqi" >ivf.tsv
 	"$TQ_BIN/tq-search" -k 10 --oversample 4 -i "$F/q.bin" "$F/flat.tqi" >flat.tsv
 	cmp ivf.tsv flat.tsv
-	# --probes is ignored by a flat index.
-	"$TQ_BIN/tq-search" -k 10 --probes 1 --oversample 4 -i "$F/q.bin" "$F/flat.tqi" >flat1.tsv
-	cmp flat.tsv flat1.tsv
+	# --probes would do nothing to a flat index: refused, not ignored.
+	run --separate-stderr "$TQ_BIN/tq-search" -k 10 --probes 1 -i "$F/q.bin" "$F/flat.tqi"
+	assert_fail1 tq-search flat.tqi "--probes needs an index with lists"
 }
 
 @test "tq-search --probes: fewer probes, results independent of threads and batch" {
