@@ -53,7 +53,7 @@ $(BUILD)/%.o: %.c lib/tq.h lib/internal.h
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(ALL_CFLAGS) -c -o $@ $<
 
-$(BUILD)/lib/vecio.o $(BUILD)/lib/vecio_hdf5.o: lib/vecio_impl.h
+$(LIB_SRC:%.c=$(BUILD)/%.o): lib/reader_impl.h
 
 # Each instruction-set kernel is compiled with its own flags; the rest of
 # the build stays baseline x86-64.

@@ -116,6 +116,13 @@ int64_t tq_reader_count(const struct tq_reader *r);
 const char *tq_reader_format(const struct tq_reader *r);
 /* 1 if the file holds integers (ivecs, integer HDF5 datasets, IDX bytes). */
 int tq_reader_is_integer(const struct tq_reader *r);
+/* 1 if the rows carry labels (text with a label column, word2vec, .vec). */
+int tq_reader_has_labels(const struct tq_reader *r);
+/*
+ * Label of row i (0 <= i < got) of the last tq_reader_read: NUL-terminated,
+ * valid until the next read or close; NULL without labels (or i >= got).
+ */
+const char *tq_reader_label(const struct tq_reader *r, size_t i);
 /*
  * Reads up to `max` rows into `rows` (max*dim floats).  *got is the number
  * read; 0 means end of input.  A short count before the end never happens:
