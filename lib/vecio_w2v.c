@@ -72,18 +72,25 @@ w2v_bid(const struct tq_sniff *sn)
 		return 0;
 	p += used;
 	rest = sn->avail - used;
-	sp = memchr(p, ' ', rest < W2V_MAX_WORD + 1 ? rest : W2V_MAX_WORD + 1);
-	if (sp == NULL || sp == p)
+	k = rest < W2V_MAX_WORD + 1 ? rest : W2V_MAX_WORD + 1;
+	sp = memchr(p, ' ', k);
+	if (sp == NULL) {
+		/* An overlong first word, not a line of text. */
+		return k > W2V_MAX_WORD && memchr(p, '\n', k) == NULL ? 40 : 0;
+	}
+	if (sp == p || memchr(p, '\n', (size_t)(sp - p)) != NULL)
 		return 0;
-	for (i = 0; p + i < sp; i++)
-		if (p[i] == '\n' || p[i] == '\0')
-			return 0;
-	/* The floats of row 0, as far as they were shown. */
+	/*
+	 * The floats of row 0, as far as they were shown: a byte that text
+	 * never holds says binary.  (Each float has one with a probability
+	 * of about 98%; text has none.)
+	 */
 	p = sp + 1;
 	rest -= (size_t)(p - (sn->p + used));
 	k = rest < 4 * dim ? rest : (size_t)(4 * dim);
 	for (i = 0; i < k; i++)
-		if ((p[i] < 0x20 && p[i] != '\t') || p[i] >= 0x7f)
+		if ((p[i] < 0x20 && p[i] != '\t' && p[i] != '\n' &&
+		    p[i] != '\r') || p[i] >= 0x7f)
 			return 40;
 	return 0;
 }
