@@ -392,8 +392,9 @@ parse_row(struct tq_reader *r, struct text *t, const char *p, size_t len,
 		vals++;
 	}
 	if (vals != r->dim)
-		return tq_fail(TQ_ERR_FORMAT, "line %llu: %zu values, expected "
-		    "%lu", (ull)t->line, vals, (unsigned long)r->dim);
+		return tq_fail(TQ_ERR_FORMAT, "line %llu: %zu value%s, expected "
+		    "%lu", (ull)t->line, vals, vals == 1 ? "" : "s",
+		    (unsigned long)r->dim);
 	return TQ_OK;
 }
 

@@ -68,8 +68,11 @@ w2v_bid(const struct tq_sniff *sn)
 
 	if (!sn->full || !w2v_header(p, sn->avail, &n, &dim, &used))
 		return 0;
-	if (dim < 1 || dim > TQ_MAX_DIM)
-		return 0;
+	/* A bad dimension is word2vec's to report, if the rest is. */
+	if (dim < 4)
+		dim = 4;
+	if (dim > TQ_MAX_DIM)
+		dim = TQ_MAX_DIM;
 	p += used;
 	rest = sn->avail - used;
 	k = rest < W2V_MAX_WORD + 1 ? rest : W2V_MAX_WORD + 1;
