@@ -114,7 +114,7 @@ check-valgrind: all units
 # in build-fuzz/, and "make fuzz-run FUZZ_TARGET=NAME FUZZ_TIME=SECONDS"
 # runs one, growing a scratch corpus in build-fuzz/corpus/NAME/ seeded
 # from the committed one (new crashes land in build-fuzz/crash/NAME/).
-FUZZ_NAMES  = fixture vecs npy idx zstd ids quantizer index codes
+FUZZ_NAMES  = fixture vecs npy idx zstd ids quantizer index codes text w2v
 FUZZ_REPLAY = $(FUZZ_NAMES:%=$(BUILD)/fuzz/replay_%)
 FUZZ_CC    ?= clang
 FUZZ_OPT   ?= -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined,fuzzer-no-link \
