@@ -158,3 +158,10 @@ sys.stdout.buffer.write(struct.pack("<II", 3, 3) + b"".join(struct.pack("<3f", *
 	run --separate-stderr "$TQ_BIN/tq-build" -o c.tqi - < <(cat x.h5)
 	assert_fail1 tq-build "stdin: HDF5 input must be a regular file, not a pipe or standard input"
 }
+
+@test "tq-recall: an evaluation's corpus must be a file, a query file may be a pipe" {
+	run --separate-stderr "$TQ_BIN/tq-recall" --corpus <(cat "$F/c.bin") --queries "$F/q.bin"
+	assert_fail1 tq-recall "--corpus is read more than once: it needs a file, not a pipe or standard input"
+	run --separate-stderr "$TQ_BIN/tq-recall" -k 3 --corpus "$F/c.bin" --queries <(cat "$F/q.txt")
+	assert_status 0
+}
