@@ -661,9 +661,13 @@ tq_reader_label(const struct tq_reader *r, size_t i)
 /* ------------------------------------------------------------------------ */
 /* Opening: sniffing and the bids                                            */
 
-/* The highest bid on the bytes buffered now (first format on a tie). */
+/*
+ * The highest bid on the bytes buffered now (the first format on a tie);
+ * *more is set when a format needs more bytes to tell.
+ */
 static const struct tq_rformat *
-best_bid(const struct tq_src *s, const char *name, int full, int *bid)
+best_bid(const struct tq_src *s, const char *name, int full, int *bid,
+    int *more)
 {
 	const struct tq_rformat *best = NULL;
 	struct tq_sniff sn;
@@ -672,14 +676,17 @@ best_bid(const struct tq_src *s, const char *name, int full, int *bid)
 	sn.p = tq_src_ptr(s);
 	sn.avail = tq_src_avail(s);
 	sn.eof = s->eof;
-	sn.full = full || s->eof;
+	sn.full = full || s->eof || sn.avail >= TQ_RD_BUF;
 	sn.name = name;
 	sn.regular = s->regular && s->zd == NULL;
 	sn.size = s->size;
 	*bid = 0;
+	*more = 0;
 	for (i = 0; i < sizeof(formats) / sizeof(formats[0]); i++) {
 		int b = formats[i]->bid(&sn);
 
+		if (b == TQ_BID_MORE && !sn.full)
+			*more = 1;
 		if (b > *bid) {
 			*bid = b;
 			best = formats[i];
@@ -688,21 +695,47 @@ best_bid(const struct tq_src *s, const char *name, int full, int *bid)
 	return best;
 }
 
+/*
+ * Nothing certain in the first bytes: the formats that look at the
+ * content see more of it.  A regular file is shown up to a full buffer
+ * at once; a stream one read at a time, until every format can tell.
+ */
+static enum tq_status
+sniff_content(struct tq_src *s, const char *name,
+    const struct tq_rformat **f, int *bid)
+{
+	size_t got, want;
+	int more;
+
+	if (s->regular && s->zd == NULL) {
+		want = s->size < TQ_RD_BUF ? (size_t)s->size : TQ_RD_BUF;
+		TQ_TRY(tq_src_fill(s, want));
+		*f = best_bid(s, name, 1, bid, &more);
+		return TQ_OK;
+	}
+	for (;;) {
+		*f = best_bid(s, name, 0, bid, &more);
+		if (!more)
+			return TQ_OK;
+		TQ_TRY(tq_src_more(s, &got));
+	}
+}
+
 static enum tq_status
 reader_open(struct tq_reader *r, const char *path, const char *dataset)
 {
 	const char *name = strcmp(path, "-") == 0 ? NULL : path;
 	struct tq_src *s = &r->src;
 	const struct tq_rformat *f;
-	size_t avail, more;
-	int bid;
+	size_t avail;
+	int bid, more;
 
 	TQ_TRY(tq_src_open(s, path));
 	TQ_TRY(tq_src_fill(s, 16));
 	avail = tq_src_avail(s);
 	if (avail == 0)
 		return tq_fail(TQ_ERR_EMPTY, "no vectors (empty input)");
-	f = best_bid(s, name, 0, &bid);
+	f = best_bid(s, name, 0, &bid, &more);
 	/* HDF5 bids on its signature before any unwrapping. */
 	if (f != &tq_rformat_hdf5 && tq_is_zstd(tq_src_ptr(s), avail)) {
 		TQ_TRY(tq_src_start_zstd(s));
@@ -714,19 +747,10 @@ reader_open(struct tq_reader *r, const char *path, const char *dataset)
 		if (tq_is_zstd(tq_src_ptr(s), avail))
 			return tq_fail(TQ_ERR_UNSUPPORTED,
 			    "nested zstd compression is not supported");
-		f = best_bid(s, name, 0, &bid);
+		f = best_bid(s, name, 0, &bid, &more);
 	}
-	if (bid < TQ_BID_SURE) {
-		/*
-		 * Nothing certain in the first bytes: show the formats that
-		 * look at the content more of it, up to a full buffer.
-		 */
-		more = TQ_RD_BUF;
-		if (s->regular && s->zd == NULL && s->size < more)
-			more = (size_t)s->size;
-		TQ_TRY(tq_src_fill(s, more));
-		f = best_bid(s, name, 1, &bid);
-	}
+	if (bid < TQ_BID_SURE)
+		TQ_TRY(sniff_content(s, name, &f, &bid));
 	if (f == NULL)		/* the fixture always bids */
 		return tq_fail(TQ_ERR_FORMAT,
 		    "not a vector file (unrecognised header)");

@@ -129,7 +129,8 @@ struct tq_sniff {
 	const uint8_t *p;
 	size_t avail;		/* bytes at p */
 	int eof;		/* p holds the whole input */
-	int full;		/* the core will show no more bytes */
+	int full;		/* the core will show no more bytes:
+				   TQ_BID_MORE is not an answer */
 	const char *name;	/* file name, NULL for standard input */
 	int regular;		/* uncompressed regular file of `size` bytes */
 	uint64_t size;
@@ -141,9 +142,12 @@ struct tq_rformat {
 	const char *name;
 	/*
 	 * How sure the format is that the input is its own: 0 "not mine",
-	 * up to 100 "a magic number says so".  The core asks twice, first
-	 * with at least 16 bytes (or the whole input), then, when nobody bid
-	 * TQ_BID_SURE or more, with up to TQ_RD_BUF (sn->full).
+	 * up to 100 "a magic number says so".  The core asks first with at
+	 * least 16 bytes (or the whole input).  When nobody bid TQ_BID_SURE
+	 * or more, it asks again as more bytes arrive, until no format
+	 * answers TQ_BID_MORE ("I cannot tell yet") or sn->full.  A stream
+	 * is so read only as far as the formats need, and a slow pipe (a
+	 * person typing) is answered as soon as its first line is there.
 	 */
 	int (*bid)(const struct tq_sniff *sn);
 	/*
@@ -167,6 +171,7 @@ struct tq_rformat {
 /* Bids: a magic number; the file name; the content, looked at closely. */
 #define TQ_BID_MAGIC 100
 #define TQ_BID_SURE 60
+#define TQ_BID_MORE (-1)
 
 struct tq_reader {
 	const struct tq_rformat *fmt;

@@ -290,19 +290,21 @@ text_bid(const struct tq_sniff *sn)
 	char sep;
 	int labels;
 
-	if (!sn->full)
-		return 0;
+	/* Until the first line is there (a person may be typing it). */
+	if (all_space(p, sn->avail))
+		return sn->eof ? BID_LINE : sn->full ? 0 : TQ_BID_MORE;
 	nl = memchr(p, '\n', sn->avail);
 	if (nl == NULL && !sn->eof)
-		return 0;
+		return sn->full ? 0 : TQ_BID_MORE;
 	len = nl != NULL ? (size_t)(nl - p) : sn->avail;
-	if (sn->eof && all_space(p, sn->avail))
-		return BID_LINE;	/* blank lines only: "no vectors" */
 	len = line_len(p, len);
 	if (nl != NULL && vec_header(p, len, &n, &dim)) {
+		/* A .vec header, if the next line starts with a label. */
 		p = nl + 1;
 		len2 = sn->avail - (size_t)(p - (const char *)sn->p);
 		nl2 = memchr(p, '\n', len2);
+		if (nl2 == NULL && !sn->eof && !sn->full)
+			return TQ_BID_MORE;
 		if (nl2 != NULL)
 			len2 = (size_t)(nl2 - p);
 		if (labelled_row(p, line_len(p, len2)))

@@ -23,11 +23,15 @@ typedef unsigned long long ull;
 /* Rows whose prefixes the sniffing compares. */
 #define SNIFF_ROWS 3
 
-enum vkind { V_NONE, V_FVECS, V_IVECS, V_BVECS };
+enum vkind { V_NONE, V_FVECS, V_IVECS, V_BVECS, V_MORE };
 
-static const char *const ext[] = { NULL, ".fvecs", ".ivecs", ".bvecs" };
+static const char *const ext[] = { NULL, ".fvecs", ".ivecs", ".bvecs",
+	NULL };
 
-/* Do the prefixes repeat at `stride` over the bytes shown? */
+/*
+ * Do the prefixes repeat at `stride` over the bytes shown?  1 yes, 0 no,
+ * -1 so far, but there are fewer than SNIFF_ROWS rows yet.
+ */
 static int
 prefixes_repeat(const struct tq_sniff *sn, uint32_t d, size_t stride)
 {
@@ -35,14 +39,15 @@ prefixes_repeat(const struct tq_sniff *sn, uint32_t d, size_t stride)
 
 	if (sn->regular && sn->size % stride != 0)
 		return 0;
-	if (k < SNIFF_ROWS && !(sn->eof && sn->avail % stride == 0 && k > 0))
-		return 0;
-	if (k > SNIFF_ROWS)
-		k = SNIFF_ROWS;
-	for (i = 0; i < k; i++)
+	for (i = 0; i < k && i < SNIFF_ROWS; i++)
 		if (rd_le32(sn->p + i * stride) != d)
 			return 0;
-	return 1;
+	if (k >= SNIFF_ROWS)
+		return 1;
+	/* A shorter input must be whole rows. */
+	if (sn->eof)
+		return k > 0 && sn->avail % stride == 0;
+	return sn->full ? 0 : -1;
 }
 
 static enum vkind
@@ -50,14 +55,19 @@ vecs_sniff(const struct tq_sniff *sn)
 {
 	uint32_t d, u, e;
 	size_t stride, i, j, k, ints = 0, floats = 0;
+	int fv, bv;
 
-	if (!sn->full || sn->avail < 4)
-		return V_NONE;
+	if (sn->avail < 4)
+		return sn->full ? V_NONE : V_MORE;
 	d = rd_le32(sn->p);
 	if (d < 1 || d > TQ_MAX_DIM)
 		return V_NONE;
 	stride = 4 + 4 * (size_t)d;
-	if (prefixes_repeat(sn, d, stride)) {
+	fv = prefixes_repeat(sn, d, stride);
+	bv = prefixes_repeat(sn, d, 4 + (size_t)d);
+	if (fv < 0 || (fv == 0 && bv < 0))
+		return V_MORE;
+	if (fv > 0) {
 		k = sn->avail / stride;
 		if (k > SNIFF_ROWS)
 			k = SNIFF_ROWS;
@@ -74,17 +84,18 @@ vecs_sniff(const struct tq_sniff *sn)
 			}
 		return ints > 0 && ints >= floats ? V_IVECS : V_FVECS;
 	}
-	if (prefixes_repeat(sn, d, 4 + (size_t)d))
-		return V_BVECS;
-	return V_NONE;
+	return bv > 0 ? V_BVECS : V_NONE;
 }
 
 static int
 vecs_bid(const struct tq_sniff *sn, enum vkind me)
 {
+	enum vkind k;
+
 	if (tq_has_ext(sn->name, ext[me]))
 		return 80;
-	return vecs_sniff(sn) == me ? 50 : 0;
+	k = vecs_sniff(sn);
+	return k == V_MORE ? TQ_BID_MORE : k == me ? 50 : 0;
 }
 
 static int fvecs_bid(const struct tq_sniff *sn) { return vecs_bid(sn, V_FVECS); }

@@ -26,7 +26,8 @@ typedef unsigned long long ull;
 
 /*
  * "n dim\n" at p[0..avail): the numbers and the bytes of the line with its
- * newline.  0 if it is not one.
+ * newline.  1 if it is one, 0 if not, -1 if the bytes end before it can
+ * tell.
  */
 static int
 w2v_header(const uint8_t *p, size_t avail, uint64_t *n, uint64_t *dim,
@@ -37,7 +38,9 @@ w2v_header(const uint8_t *p, size_t avail, uint64_t *n, uint64_t *dim,
 
 	for (f = 0; f < 2; f++) {
 		if (f == 1) {
-			if (i >= avail || p[i] != ' ')
+			if (i >= avail)
+				return -1;
+			if (p[i] != ' ')
 				return 0;
 			i++;
 		}
@@ -46,12 +49,18 @@ w2v_header(const uint8_t *p, size_t avail, uint64_t *n, uint64_t *dim,
 				v[f] = 10 * v[f] + (uint64_t)(p[i] - '0');
 			else
 				return 0;
+		if (i >= avail && i < W2V_MAX_HEADER)
+			return -1;
 		if (k == 0)
 			return 0;
 	}
 	while (i < avail && (p[i] == ' ' || p[i] == '\r'))
 		i++;
-	if (i >= avail || p[i] != '\n' || i >= W2V_MAX_HEADER)
+	if (i >= W2V_MAX_HEADER)
+		return 0;
+	if (i >= avail)
+		return -1;
+	if (p[i] != '\n')
 		return 0;
 	*n = v[0];
 	*dim = v[1];
@@ -65,9 +74,11 @@ w2v_bid(const struct tq_sniff *sn)
 	const uint8_t *p = sn->p, *sp;
 	uint64_t n, dim;
 	size_t used, rest, i, k;
+	int h, more = sn->full ? 0 : TQ_BID_MORE;
 
-	if (!sn->full || !w2v_header(p, sn->avail, &n, &dim, &used))
-		return 0;
+	h = w2v_header(p, sn->avail, &n, &dim, &used);
+	if (h <= 0)
+		return h < 0 && !sn->eof ? more : 0;
 	/* A bad dimension is word2vec's to report, if the rest is. */
 	if (dim < 4)
 		dim = 4;
@@ -78,8 +89,12 @@ w2v_bid(const struct tq_sniff *sn)
 	k = rest < W2V_MAX_WORD + 1 ? rest : W2V_MAX_WORD + 1;
 	sp = memchr(p, ' ', k);
 	if (sp == NULL) {
+		if (memchr(p, '\n', k) != NULL)
+			return 0;
 		/* An overlong first word, not a line of text. */
-		return k > W2V_MAX_WORD && memchr(p, '\n', k) == NULL ? 40 : 0;
+		if (k > W2V_MAX_WORD)
+			return 40;
+		return sn->eof ? 0 : more;
 	}
 	if (sp == p || memchr(p, '\n', (size_t)(sp - p)) != NULL)
 		return 0;
@@ -95,7 +110,7 @@ w2v_bid(const struct tq_sniff *sn)
 		if ((p[i] < 0x20 && p[i] != '\t' && p[i] != '\n' &&
 		    p[i] != '\r') || p[i] >= 0x7f)
 			return 40;
-	return 0;
+	return k < 4 * dim && !sn->eof ? more : 0;
 }
 
 static enum tq_status
@@ -106,7 +121,7 @@ w2v_open(struct tq_reader *r, const char *path, const char *dataset)
 	size_t used;
 
 	TQ_TRY(tq_src_fill(s, W2V_MAX_HEADER));
-	if (!w2v_header(tq_src_ptr(s), tq_src_avail(s), &n, &dim, &used))
+	if (w2v_header(tq_src_ptr(s), tq_src_avail(s), &n, &dim, &used) <= 0)
 		return tq_fail(TQ_ERR_FORMAT, "malformed word2vec header");
 	if (dim < 1 || dim > TQ_MAX_DIM)
 		return tq_fail(TQ_ERR_FORMAT, "word2vec dimension %llu is not "
