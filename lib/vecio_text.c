@@ -12,9 +12,9 @@
  * line after it starts with a label.
  *
  * Lines are read one at a time from the byte source and never kept: a
- * line is at most TQ_RD_BUF bytes (1 MiB) with its newline.  CRLF line
- * ends and blank lines at the end are accepted; a blank line followed by
- * more data is not.  Numbers are parsed in the C locale (a '.' decimal
+ * line is at most TQ_RD_BUF bytes (1 MiB) with its newline, a label at
+ * most TEXT_MAX_LABEL bytes.  CRLF line ends and blank lines at the end
+ * are accepted; a blank line followed by more data is not.  Numbers are parsed in the C locale (a '.' decimal
  * point whatever the environment says) and must be finite as float32.
  */
 #include <locale.h>
@@ -27,6 +27,12 @@
 #include "reader_impl.h"
 
 typedef unsigned long long ull;
+
+/*
+ * Longest label, in bytes: the labels of a read are kept until the next
+ * one, so they must not grow a read's memory far past its rows.
+ */
+#define TEXT_MAX_LABEL 4096
 
 /* Longest number accepted, in characters. */
 #define NUM_MAX 511
@@ -375,6 +381,10 @@ parse_row(struct tq_reader *r, struct text *t, const char *p, size_t len,
 
 		if (first && t->labels) {
 			first = 0;
+			if (n > TEXT_MAX_LABEL)
+				return tq_fail(TQ_ERR_FORMAT, "line %llu: label "
+				    "longer than %d bytes", (ull)t->line,
+				    TEXT_MAX_LABEL);
 			TQ_TRY(tq_reader_label_add(r, p + s, n));
 			continue;
 		}

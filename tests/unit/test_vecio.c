@@ -1046,6 +1046,16 @@ test_text(void)
 	CHECK_DETAIL("line 2: longer than 1048576 bytes");
 	b_free(&b);
 
+	/* A label of more than 4096 bytes. */
+	b_str(&b, "a 1\n");
+	while (b.n < 5000)
+		b_u8(&b, 'b');
+	b_str(&b, " 2\n");
+	put_bytes(p, &b);
+	CHECK_ST(read_status(p, NULL), TQ_ERR_FORMAT);
+	CHECK_DETAIL("line 2: label longer than 4096 bytes");
+	b_free(&b);
+
 	/* The C locale's decimal point whatever LC_NUMERIC says. */
 	if (setlocale(LC_NUMERIC, "de_DE.UTF-8") != NULL ||
 	    setlocale(LC_NUMERIC, "fr_FR.UTF-8") != NULL) {
