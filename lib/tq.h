@@ -182,7 +182,8 @@ void tq_ids_close(struct tq_ids_reader *r);
  * tq_reader_count() returns `count`.  The rows before are seeked over, not
  * read or checked; failure details keep the row numbers of the whole
  * file.  Needs an input whose count is known (tq_reader_count() >= 0:
- * an uncompressed regular file or HDF5), TQ_ERR_UNSUPPORTED otherwise;
+ * an uncompressed regular file or HDF5), TQ_ERR_UNSUPPORTED otherwise
+ * (also for first > 0 in text and word2vec, which cannot seek to a row);
  * TQ_ERR_ARG if the range passes the end or a row was already read.
  *
  * tq_ids_window does the same for an ids reader: it reads and drops the
