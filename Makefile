@@ -82,7 +82,7 @@ $(BUILD)/%.o: %.c lib/tq.h lib/internal.h
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(ALL_CFLAGS) -c -o $@ $<
 
-$(BUILD)/lib/vecio.o $(BUILD)/lib/vecio_hdf5.o: lib/vecio_impl.h
+$(LIB_SRC:%.c=$(BUILD)/%.o): lib/reader_impl.h
 $(BUILD)/lib/vecio.o $(BUILD)/lib/vecwrite_fmt.o: lib/vecwrite_fmt.h
 
 # One set of library objects serves both libraries: position-independent
@@ -179,7 +179,7 @@ check-valgrind: all units
 # in build-fuzz/, and "make fuzz-run FUZZ_TARGET=NAME FUZZ_TIME=SECONDS"
 # runs one, growing a scratch corpus in build-fuzz/corpus/NAME/ seeded
 # from the committed one (new crashes land in build-fuzz/crash/NAME/).
-FUZZ_NAMES  = fixture vecs npy idx zstd ids quantizer index codes peers mutate
+FUZZ_NAMES  = fixture vecs npy idx zstd ids quantizer index codes peers mutate text w2v
 FUZZ_REPLAY = $(FUZZ_NAMES:%=$(BUILD)/fuzz/replay_%)
 FUZZ_CC    ?= clang
 FUZZ_OPT   ?= -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined,fuzzer-no-link \

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common.h"
 
@@ -71,6 +72,21 @@ static const struct option longopts[] = {
 	{ "version",	no_argument,		NULL, 'V' },
 	{ NULL,		0,			NULL, 0 }
 };
+
+/*
+ * Can the file be read twice?  A pipe, a process substitution or standard
+ * input can be read only once: its ids are not counted up front (the
+ * build still fails naming the ids file when the counts differ), and a
+ * corpus there is read once, uncentred.
+ */
+static int
+rereadable(const char *path)
+{
+	struct stat sb;
+
+	return strcmp(path, "-") != 0 && stat(path, &sb) == 0 &&
+	    S_ISREG(sb.st_mode);
+}
 
 /*
  * Counts the ids in a file, so that a wrong count is reported naming the
@@ -196,7 +212,7 @@ mutate(int mode, const char *delpath, const char *idspath,
 		if ((st = tq_reader_open(corpus, dataset, &r)) != TQ_OK)
 			die_status(st, in_name(corpus));
 		if (idspath != NULL) {
-			if (strcmp(idspath, "-") != 0 &&
+			if (rereadable(idspath) &&
 			    tq_reader_count(r) >= 0) {
 				uint64_t nid = count_ids(idspath);
 
@@ -239,7 +255,10 @@ fit(struct tq_fit_params *p, const char *corpus, const char *dataset,
 	if (p->lists != 0 && strcmp(corpus, "-") == 0)
 		die("-: --lists needs a corpus file, not standard input "
 		    "(or a quantizer fitted by tq-fit, with -q)");
-	if ((centre || p->lists != 0) && strcmp(corpus, "-") != 0 &&
+	if (p->lists != 0 && !rereadable(corpus))
+		die("%s: --lists needs a corpus file, not a pipe (or a "
+		    "quantizer fitted by tq-fit, with -q)", corpus);
+	if ((centre || p->lists != 0) && rereadable(corpus) &&
 	    (st = tq_reader_open(corpus, dataset, &data)) != TQ_OK)
 		die_status(st, corpus);
 	p->no_centre = !centre;
@@ -427,7 +446,7 @@ main(int argc, char *argv[])
 		    qpath != NULL ? qpath : in_name(corpus), (unsigned)bp.dups,
 		    (unsigned)tq_quantizer_lists(q));
 	if (idspath != NULL) {
-		if (strcmp(idspath, "-") != 0 && tq_reader_count(r) >= 0) {
+		if (rereadable(idspath) && tq_reader_count(r) >= 0) {
 			uint64_t nid = count_ids(idspath);
 			if (nid != (uint64_t)tq_reader_count(r))
 				die("%s: %llu ids for %lld rows", idspath,

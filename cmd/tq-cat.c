@@ -27,7 +27,8 @@ static const char options_str[] =
     "  -f, --format fmt      fixture, fvecs, ivecs, bvecs, npy, text, tsv\n"
     "                        or csv (default: from the -o suffix, else fixture)\n"
     "  -h, --help            print this help and exit\n"
-    "      --labels          text formats: a label column, the row number\n"
+    "      --labels          text formats: a label column, the input's labels\n"
+    "                        or else the row number\n"
     "      --normalize       scale each row to unit length\n"
     "  -o output             where to write (default -, standard output)\n"
     "      --rows a:b        rows a (included) to b (excluded); either empty\n"
@@ -332,9 +333,8 @@ take(struct cat *c, size_t n, uint64_t rowno0)
 
 /*
  * The labels of the n rows of the last read from its row `skip` on: the
- * input's own, or the rows' numbers in the whole sequence.  The readers
- * of labelled text (GloVe, a label column) define TQ_HAVE_READER_LABELS
- * in tq.h with tq_reader_has_labels() and tq_reader_label().
+ * input's own (labelled text, word2vec), or the rows' numbers in the
+ * whole sequence.
  */
 static void
 label_rows(struct cat *c, struct tq_reader *r, size_t skip, size_t n,
@@ -344,16 +344,11 @@ label_rows(struct cat *c, struct tq_reader *r, size_t skip, size_t n,
 
 	if (c->lab == NULL)
 		return;
-#ifdef TQ_HAVE_READER_LABELS
 	if (tq_reader_has_labels(r)) {
 		for (i = 0; i < n; i++)
 			c->lab[i] = tq_reader_label(r, skip + i);
 		return;
 	}
-#else
-	(void)r;
-	(void)skip;
-#endif
 	for (i = 0; i < n; i++) {
 		snprintf(c->num[i], LABEL_MAX, "%" PRIu64, rowno0 + i);
 		c->lab[i] = c->num[i];

@@ -822,6 +822,19 @@ eval_mode(const struct opts *o)
 	double build_s;
 	float *q;
 
+	/*
+	 * The corpus is read for each build, the centre and the exact truth:
+	 * a pipe would be empty the second time.
+	 */
+	{
+		struct stat sb;
+
+		if (strcmp(corpus, "-") == 0 || (stat(corpus, &sb) == 0 &&
+		    !S_ISREG(sb.st_mode)))
+			die("%s: --corpus is read more than once: it needs a "
+			    "file, not a pipe or standard input",
+			    in_name(corpus));
+	}
 	/* The file's neighbours are only the truth for the file's metric. */
 	metric = o->metric;
 	if (o->hdf5 != NULL) {

@@ -94,25 +94,34 @@ enum tq_status tq_metric_parse(const char *name, enum tq_metric *out);
 
 /*
  * A reader streams rows of float32 vectors from a file, in chunks, without
- * ever holding the whole file.  The format is detected from the content
- * (magic numbers) and, where the content cannot tell, from the name:
+ * ever holding the whole file.  Every format is shown the first bytes (up
+ * to 1 MiB) and the most certain reads them: magic numbers first, then the
+ * file name, then the content (man tq.5 gives the rules), so pipes and
+ * standard input need no name:
  *
  *   fixture   u32 dim, u32 n, then n*dim float32        (name: anything)
- *   .fvecs    per row: i32 dim, dim float32
- *   .ivecs    per row: i32 dim, dim int32   (converted to float)
- *   .bvecs    per row: i32 dim, dim uint8   (converted to float)
+ *   .fvecs    per row: i32 dim, dim float32  (or by the repeating prefix)
+ *   .ivecs    per row: i32 dim, dim int32    (converted to float)
+ *   .bvecs    per row: i32 dim, dim uint8    (converted to float)
  *   .npy      NumPy v1/v2/v3, 2-D, float32 or float64, C order, little-endian
  *   IDX       idx3-ubyte / idx2 files (MNIST, Fashion-MNIST), big-endian
  *             header, uint8/float data; rows are the flattened images
  *   HDF5      ann-benchmarks files; the dataset is chosen by `dataset`
- *   zstd      any of the byte formats above, zstd-compressed (by magic)
+ *   text      one vector per line, numbers separated by blanks, tabs or
+ *             commas, with an optional first column of labels (GloVe
+ *             .txt, fastText .vec with its "n dim" first line, a column
+ *             of numbers from awk); C-locale numbers; lines of at most
+ *             1 MiB; failures name the line and column (from 1)
+ *   word2vec  "n dim\n", then per row a word, a space, dim float32 LE and
+ *             an optional newline (the words are the labels)
+ *   zstd      any of the formats above but HDF5, zstd-compressed (by magic)
  *
  * `path` "-" is standard input (not for HDF5, which needs a seekable file).
  * `dataset` names the HDF5 dataset ("train", "test", ...) and is ignored by
  * the other formats; NULL means "train".
  *
  * Every row read is checked: a NaN or infinite value fails the read with
- * TQ_ERR_NONFINITE and a detail naming the row.
+ * TQ_ERR_NONFINITE and a detail naming the row (or the line and column).
  */
 struct tq_reader;
 
@@ -120,12 +129,27 @@ enum tq_status tq_reader_open(const char *path, const char *dataset,
     struct tq_reader **out);
 /* Vector dimension (>= 1). */
 uint32_t tq_reader_dim(const struct tq_reader *r);
-/* Number of rows, or -1 when the stream does not say until its end. */
+/*
+ * Number of rows, or -1 when the stream does not say until its end (a
+ * pipe, zstd, text without a .vec header).  A count from a header is
+ * given only when the file is large enough to hold it, and is checked as
+ * the rows are read.
+ */
 int64_t tq_reader_count(const struct tq_reader *r);
-/* Short name of the detected format: "fixture", "fvecs", "hdf5", ... */
+/*
+ * Short name of the detected format: "fixture", "fvecs", "ivecs", "bvecs",
+ * "npy", "idx", "hdf5", "text" or "word2vec".
+ */
 const char *tq_reader_format(const struct tq_reader *r);
 /* 1 if the file holds integers (ivecs, integer HDF5 datasets, IDX bytes). */
 int tq_reader_is_integer(const struct tq_reader *r);
+/* 1 if the rows carry labels (text with a label column, word2vec, .vec). */
+int tq_reader_has_labels(const struct tq_reader *r);
+/*
+ * Label of row i (0 <= i < got) of the last tq_reader_read: NUL-terminated,
+ * valid until the next read or close; NULL without labels (or i >= got).
+ */
+const char *tq_reader_label(const struct tq_reader *r, size_t i);
 /*
  * Reads up to `max` rows into `rows` (max*dim floats).  *got is the number
  * read; 0 means end of input.  A short count before the end never happens:
@@ -168,7 +192,8 @@ void tq_ids_close(struct tq_ids_reader *r);
  * tq_reader_count() returns `count`.  The rows before are seeked over, not
  * read or checked; failure details keep the row numbers of the whole
  * file.  Needs an input whose count is known (tq_reader_count() >= 0:
- * an uncompressed regular file or HDF5), TQ_ERR_UNSUPPORTED otherwise;
+ * an uncompressed regular file or HDF5), TQ_ERR_UNSUPPORTED otherwise
+ * (also for first > 0 in text and word2vec, which cannot seek to a row);
  * TQ_ERR_ARG if the range passes the end or a row was already read.
  *
  * tq_ids_window does the same for an ids reader: it reads and drops the

@@ -21,7 +21,7 @@
 #include <hdf5.h>
 
 #include "internal.h"
-#include "vecio_impl.h"
+#include "reader_impl.h"
 
 /* Rows of 8-byte values converted per step through the scratch buffer. */
 #define SCRATCH_BYTES ((size_t)1 << 20)
@@ -513,3 +513,65 @@ tq_hdf5_attr_string(const char *path, const char *name, char *buf,
 	H5Eclear2(H5E_DEFAULT);
 	return st;
 }
+
+/* ------------------------------------------------------------------------ */
+/* The reader format                                                         */
+
+static int
+hdf5_bid(const struct tq_sniff *sn)
+{
+	return sn->avail >= 8 && memcmp(sn->p, TQ_HDF5_SIGNATURE, 8) == 0 ?
+	    TQ_BID_MAGIC : 0;
+}
+
+static enum tq_status
+hdf5_open(struct tq_reader *r, const char *path, const char *dataset)
+{
+	struct tq_h5 *h;
+	uint64_t n;
+
+	if (r->src.zd != NULL)
+		return tq_fail(TQ_ERR_UNSUPPORTED,
+		    "HDF5 inside zstd is not supported");
+	if (strcmp(path, "-") == 0 || !r->src.regular)
+		return tq_fail(TQ_ERR_UNSUPPORTED, "HDF5 input must be "
+		    "a regular file, not a pipe or standard input");
+	/* The HDF5 library opens the file by name itself. */
+	tq_src_close(&r->src);
+	TQ_TRY(tq_h5_open(path, dataset, &h, &r->dim, &n, &r->is_integer));
+	r->priv = h;
+	r->claimed = n;
+	r->count = (int64_t)n;
+	return TQ_OK;
+}
+
+static enum tq_status
+hdf5_read(struct tq_reader *r, float *f, int32_t *iv, size_t max,
+    size_t *got)
+{
+	size_t k = max;
+
+	if (k > r->claimed - r->row)
+		k = (size_t)(r->claimed - r->row);
+	if (k > 0)
+		TQ_TRY(tq_h5_read(r->priv, r->row, k, f, iv));
+	r->row += k;
+	*got = k;
+	return TQ_OK;
+}
+
+static void
+hdf5_close(struct tq_reader *r)
+{
+	tq_h5_close(r->priv);
+	r->priv = NULL;
+}
+
+const struct tq_rformat tq_rformat_hdf5 = {
+	.name = "hdf5",
+	.bid = hdf5_bid,
+	.open = hdf5_open,
+	.read = hdf5_read,
+	.close = hdf5_close,
+	.window = TQ_WIN_ROWS,
+};

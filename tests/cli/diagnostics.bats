@@ -37,6 +37,20 @@ open('dims.fvecs', 'wb').write(row + struct.pack('<i', 3) + bytes(64))
 open('part.fvecs', 'wb').write(row + bytes(5))
 # One row, for an index whose ids do not fit in int32.
 open('one.bin', 'wb').write(struct.pack('<II', 16, 1) + struct.pack('<16f', *range(16)))
+# Text, .vec and word2vec of dim 16, one file per message.
+line = " ".join(str(i) for i in range(16)) + "\n"
+open('t-fields.txt', 'w').write(line + line[:-4] + "\n")
+open('t-word.txt', 'w').write(line + "0 1 x" + line[5:])
+open('t-nan.txt', 'w').write(line + "0 nan" + line[3:])
+open('t-blank.txt', 'w').write(line + "\n" + line)
+open('t-long.txt', 'w').write(line + "1 " * (600 * 1024) + "\n")
+open('t-fewer.vec', 'w').write("3 16\n" + "a" * 20 + " " + line + "b" * 20 + " " + line)
+open('t-more.vec', 'w').write("1 16\n" + "a " + line + "b " + line)
+f16 = struct.pack('<16f', *range(16))
+w2v = b"3 16\n" + b"".join(w * 30 + b" " + f16 + b"\n" for w in (b"a", b"b", b"c"))
+open('t-cut.w2v', 'wb').write(w2v[:250])
+open('t-word.w2v', 'wb').write(b"1 16\n" + b"a" * 5000 + b" " + f16)
+open('t-claims.w2v', 'wb').write(b"1000 16\nthe " + f16 + b"\n")
 EOF
 	cp "$MAL/vec/big-endian.npy" be.npy
 	zstd -q -o c.bin.zst c.bin
@@ -201,6 +215,39 @@ reader_cases() {
 	    "$prog" "${ARGS[@]}"
 	with_file cut.zst "$@"
 	expect 1 'FILE: truncated zstd stream' 'cut.zst: truncated zstd stream' \
+	    "$prog" "${ARGS[@]}"
+	with_file t-fields.txt "$@"
+	expect 1 'FILE: line L: N values, expected D' \
+	    't-fields.txt: line 2: 15 values, expected 16' "$prog" "${ARGS[@]}"
+	with_file t-word.txt "$@"
+	expect 1 "FILE: line L, column C: not a number: 'ARG'" \
+	    "t-word.txt: line 2, column 5: not a number: 'x'" "$prog" "${ARGS[@]}"
+	with_file t-nan.txt "$@"
+	expect 1 'FILE: line L, column C: value is NaN or infinite' \
+	    't-nan.txt: line 2, column 3: value is NaN or infinite' \
+	    "$prog" "${ARGS[@]}"
+	with_file t-blank.txt "$@"
+	expect 1 'FILE: line L: blank line' 't-blank.txt: line 2: blank line' \
+	    "$prog" "${ARGS[@]}"
+	with_file t-long.txt "$@"
+	expect 1 'FILE: line L: longer than 1048576 bytes' \
+	    't-long.txt: line 2: longer than 1048576 bytes' "$prog" "${ARGS[@]}"
+	with_file t-fewer.vec "$@"
+	expect 1 'FILE: truncated: expected N rows, got R' \
+	    't-fewer.vec: truncated: expected 3 rows, got 2' "$prog" "${ARGS[@]}"
+	with_file t-more.vec "$@"
+	expect 1 'FILE: line L: more rows than the N the header claims' \
+	    't-more.vec: line 3: more rows than the 1 the header claims' \
+	    "$prog" "${ARGS[@]}"
+	with_file t-cut.w2v "$@"
+	expect 1 'FILE: truncated at row R of N (word2vec)' \
+	    't-cut.w2v: truncated at row 2 of 3 (word2vec)' "$prog" "${ARGS[@]}"
+	with_file t-word.w2v "$@"
+	expect 1 'FILE: row R: word longer than 4096 bytes' \
+	    't-word.w2v: row 0: word longer than 4096 bytes' "$prog" "${ARGS[@]}"
+	with_file t-claims.w2v "$@"
+	expect 1 'FILE: header claims N rows of dim D but the file holds M bytes' \
+	    't-claims.w2v: header claims 1000 rows of dim 16 but the file holds 77 bytes' \
 	    "$prog" "${ARGS[@]}"
 }
 
@@ -665,6 +712,9 @@ tqfile_cases() {
 	expect 2 '--plot needs --peers or an evaluation' \
 	    '--plot needs --peers or an evaluation' tq-recall --plot out.svg
 	out_cases tq-recall --truth -k 1 -o {} c.bin c.bin
+	expect 1 'FILE: --corpus is read more than once: it needs a file, not a pipe or standard input' \
+	    'stdin: --corpus is read more than once: it needs a file, not a pipe or standard input' \
+	    tq-recall --corpus - --queries c.bin
 	all_seen tq-recall
 	[ ! -e out.ivecs ] && [ ! -e out.svg ]
 	! ls .out.svg.tmp.* 2>/dev/null

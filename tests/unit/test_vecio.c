@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <locale.h>
 #include <math.h>
 #include <signal.h>
 #include <stdint.h>
@@ -888,6 +889,334 @@ test_fifo(void)
 }
 
 /* ------------------------------------------------------------------------ */
+/* Text, word2vec and content sniffing                                       */
+
+/*
+ * Opens `path`, checks the format, dim and count, reads everything in
+ * chunks of 2 and compares values and labels (NULL: no labels).
+ */
+static void
+check_labelled(const char *path, const char *fmt, const float *want,
+    const char *const *labels, size_t n, uint32_t d, int64_t count)
+{
+	struct tq_reader *r;
+	float buf[2 * 16];
+	size_t got, total = 0, i;
+	enum tq_status st;
+
+	CHECK_OK(st = tq_reader_open(path, NULL, &r));
+	if (st != TQ_OK)
+		return;
+	CHECK(strcmp(tq_reader_format(r), fmt) == 0);
+	CHECK(tq_reader_dim(r) == d);
+	CHECK(tq_reader_count(r) == count);
+	CHECK(tq_reader_has_labels(r) == (labels != NULL));
+	for (;;) {
+		CHECK_OK(st = tq_reader_read(r, buf, 2, &got));
+		if (st != TQ_OK || got == 0)
+			break;
+		CHECK(total + got <= n);
+		if (total + got > n)
+			break;
+		CHECK(memcmp(buf, want + total * d, got * d * 4) == 0);
+		for (i = 0; i < got; i++) {
+			const char *l = tq_reader_label(r, i);
+
+			if (labels == NULL)
+				CHECK(l == NULL);
+			else
+				CHECK(l != NULL && strcmp(l, labels[total + i]) == 0);
+		}
+		CHECK(tq_reader_label(r, got) == NULL);
+		total += got;
+	}
+	CHECK(total == n);
+	tq_reader_close(r);
+}
+
+/* The failure of reading `text` to the end, from a file and a pipe. */
+static void
+check_text_error(const char *text, enum tq_status want, const char *detail)
+{
+	const char *p = unit_path("bad.txt");
+	pid_t pid;
+	int saved;
+
+	put_file(p, text, strlen(text));
+	CHECK_ST(read_status(p, NULL), want);
+	CHECK_DETAIL(detail);
+	saved = stdin_from(text, strlen(text), &pid);
+	CHECK_ST(read_status("-", NULL), want);
+	CHECK_DETAIL(detail);
+	stdin_restore(saved, pid);
+}
+
+static void
+test_text(void)
+{
+	static const float x3[] = { 1, 2, 3, 4.5f, -5e-3f, 6e2f };
+	static const char *const lab[] = { "the", ",", "caf\xc3\xa9" };
+	static const float g[] = { 0.25f, -1, 0.5f, 2, 3, 4 };
+	static const float col[] = { 1, 2, 3, 4, 5 };
+	const char *p = unit_path("t.txt");
+	struct bytes b = { 0 }, z;
+	pid_t pid;
+	int saved;
+
+	/* Blanks, tabs, commas; CRLF and a blank last line. */
+	put_file(p, "1 2 3\n4.5 -5e-3 6e2\n", 20);
+	check_labelled(p, "text", x3, NULL, 2, 3, -1);
+	b_str(&b, "  1\t2  3 \r\n+4.5\t-.5e-2\t600.\r\n\r\n");
+	put_bytes(p, &b);
+	check_labelled(p, "text", x3, NULL, 2, 3, -1);
+	b_free(&b);
+	put_file(p, "1,2,3\n4.5, -5e-3 ,6e2", 21);
+	check_labelled(p, "text", x3, NULL, 2, 3, -1);
+
+	/* GloVe: labels, any bytes but blanks. */
+	b_str(&b, "the 0.25 -1\n, 0.5 2\ncaf\xc3\xa9 3 4\n");
+	put_bytes(p, &b);
+	check_labelled(p, "text", g, lab, 3, 2, -1);
+	/* ... on a pipe, zstd-compressed. */
+	z = zstd_of(&b);
+	saved = stdin_from(z.p, z.n, &pid);
+	check_labelled("-", "text", g, lab, 3, 2, -1);
+	stdin_restore(saved, pid);
+	b_free(&z);
+	b_free(&b);
+
+	/* fastText .vec: the header gives the count of a file. */
+	b_str(&b, "3 2\nthe 0.25 -1\n, 0.5 2\ncaf\xc3\xa9 3 4\n");
+	put_bytes(p, &b);
+	check_labelled(p, "text", g, lab, 3, 2, 3);
+	saved = stdin_from(b.p, b.n, &pid);
+	check_labelled("-", "text", g, lab, 3, 2, -1);
+	stdin_restore(saved, pid);
+	b_free(&b);
+	check_text_error("4 2\nthe 0.25 -1\n, 0.5 2\ncaf\xc3\xa9 3 4\n",
+	    TQ_ERR_FORMAT, "truncated: expected 4 rows, got 3");
+	check_text_error("2 2\nthe 0.25 -1\n, 0.5 2\ncaf\xc3\xa9 3 4\n",
+	    TQ_ERR_FORMAT, "line 4: more rows than the 2 the header claims");
+	check_text_error("2 3\nthe 0.25 -1\n, 0.5 2\n", TQ_ERR_FORMAT,
+	    "line 2: 2 values, expected 3");
+	check_text_error("0 3\nthe 0.25 -1\n", TQ_ERR_EMPTY, "no vectors");
+
+	/* "n dim" without labels after it is a row of two numbers. */
+	put_file(p, "2 3\n1 2\n", 8);
+	{
+		static const float w[] = { 2, 3, 1, 2 };
+
+		check_labelled(p, "text", w, NULL, 2, 2, -1);
+	}
+
+	/* A column of numbers from awk or jq, through a pipe. */
+	saved = stdin_from("1\n2\n3\n4\n5", 9, &pid);
+	check_labelled("-", "text", col, NULL, 5, 1, -1);
+	stdin_restore(saved, pid);
+
+	/* Errors name the line and the column. */
+	check_text_error("1 2 3\n4 5\n", TQ_ERR_FORMAT,
+	    "line 2: 2 values, expected 3");
+	check_text_error("1 2 3\n4 5 6 7\n", TQ_ERR_FORMAT,
+	    "line 2: 4 values, expected 3");
+	check_text_error("1 2 3\n4 x5 6\n", TQ_ERR_FORMAT,
+	    "line 2, column 3: not a number: 'x5'");
+	check_text_error("1 2 x\n", TQ_ERR_FORMAT,
+	    "line 1, column 5: not a number: 'x'");
+	check_text_error("1,2,3\n4,,6\n", TQ_ERR_FORMAT,
+	    "line 2, column 3: not a number: ''");
+	check_text_error("1 2 3\n4 NaN 6\n", TQ_ERR_NONFINITE,
+	    "line 2, column 3: value is NaN or infinite");
+	check_text_error("1 2 3\n4 5 1e39\n", TQ_ERR_NONFINITE,
+	    "line 2, column 5: value is NaN or infinite");
+	check_text_error("1 2\n\n3 4\n", TQ_ERR_FORMAT, "line 2: blank line");
+	check_text_error("a 1\nb\n", TQ_ERR_FORMAT,
+	    "line 2: 0 values, expected 1");
+	check_text_error("\n \n", TQ_ERR_EMPTY, "no vectors");
+	/* Words are not vectors: the fixture's refusal, as before. */
+	check_text_error("hello world!\n", TQ_ERR_FORMAT,
+	    "not a vector file (unrecognised header)");
+	/* A line of 1 MiB without its newline. */
+	b_str(&b, "1 2\n");
+	while (b.n < ((size_t)1 << 20) + 100)
+		b_str(&b, "1 ");
+	b_str(&b, "\n");
+	put_bytes(p, &b);
+	CHECK_ST(read_status(p, NULL), TQ_ERR_FORMAT);
+	CHECK_DETAIL("line 2: longer than 1048576 bytes");
+	b_free(&b);
+
+	/* A label of more than 4096 bytes. */
+	b_str(&b, "a 1\n");
+	while (b.n < 5000)
+		b_u8(&b, 'b');
+	b_str(&b, " 2\n");
+	put_bytes(p, &b);
+	CHECK_ST(read_status(p, NULL), TQ_ERR_FORMAT);
+	CHECK_DETAIL("line 2: label longer than 4096 bytes");
+	b_free(&b);
+
+	/* The C locale's decimal point whatever LC_NUMERIC says. */
+	if (setlocale(LC_NUMERIC, "de_DE.UTF-8") != NULL ||
+	    setlocale(LC_NUMERIC, "fr_FR.UTF-8") != NULL) {
+		put_file(p, "1 2 3\n4.5 -5e-3 6e2\n", 20);
+		check_labelled(p, "text", x3, NULL, 2, 3, -1);
+		setlocale(LC_NUMERIC, "C");
+	}
+}
+
+static struct bytes
+w2v_bytes(const char *const *words, size_t n, uint32_t d, const float *x,
+    int newline)
+{
+	struct bytes b = { 0 };
+	char hdr[64];
+	size_t i, j;
+
+	snprintf(hdr, sizeof(hdr), "%zu %lu\n", n, (unsigned long)d);
+	b_str(&b, hdr);
+	for (i = 0; i < n; i++) {
+		b_str(&b, words[i]);
+		b_u8(&b, ' ');
+		for (j = 0; j < d; j++)
+			b_f32(&b, x[i * d + j]);
+		if (newline)
+			b_u8(&b, '\n');
+	}
+	return b;
+}
+
+static void
+test_w2v(void)
+{
+	static const char *const w[] = { "the", "</s>", "caf\xc3\xa9" };
+	const char *p = unit_path("w.bin");
+	float *x = make_rows(3, 5);
+	struct bytes b, z;
+	pid_t pid;
+	int saved, nl;
+
+	for (nl = 0; nl < 2; nl++) {
+		b = w2v_bytes(w, 3, 5, x, nl);
+		put_bytes(p, &b);
+		check_labelled(p, "word2vec", x, w, 3, 5, 3);
+		saved = stdin_from(b.p, b.n, &pid);
+		check_labelled("-", "word2vec", x, w, 3, 5, -1);
+		stdin_restore(saved, pid);
+		z = zstd_of(&b);
+		saved = stdin_from(z.p, z.n, &pid);
+		check_labelled("-", "word2vec", x, w, 3, 5, -1);
+		stdin_restore(saved, pid);
+		b_free(&z);
+
+		/* Truncated, trailing data, a count the file cannot hold. */
+		put_file(p, b.p, b.n - 3);
+		CHECK_ST(read_status(p, NULL), TQ_ERR_FORMAT);
+		CHECK_DETAIL("truncated at row 2 of 3 (word2vec)");
+		b.p[0] = '9';
+		put_bytes(p, &b);
+		CHECK_ST(read_status(p, NULL), TQ_ERR_FORMAT);
+		CHECK_DETAIL("header claims 9 rows of dim 5 but the file holds");
+		b.p[0] = '3';
+		saved = stdin_from(b.p, b.n - 3, &pid);
+		CHECK_ST(read_status("-", NULL), TQ_ERR_FORMAT);
+		CHECK_DETAIL("truncated at row 2 of 3 (word2vec)");
+		stdin_restore(saved, pid);
+		b_str(&b, "xyz");
+		saved = stdin_from(b.p, b.n, &pid);
+		CHECK_ST(read_status("-", NULL), TQ_ERR_FORMAT);
+		CHECK_DETAIL("trailing data after 3 rows");
+		stdin_restore(saved, pid);
+		b_free(&b);
+	}
+
+	/* NaN: the row and column, as in every binary format. */
+	x[7] = NAN;
+	b = w2v_bytes(w, 3, 5, x, 1);
+	put_bytes(p, &b);
+	CHECK_ST(read_status(p, NULL), TQ_ERR_NONFINITE);
+	CHECK_DETAIL("row 1, column 2: value is NaN or infinite");
+	b_free(&b);
+	free(x);
+
+	/* An overlong word. */
+	b_str(&b, "1 2\n");
+	while (b.n < 5000)
+		b_u8(&b, 'a');
+	b_str(&b, " \x01\x02\x03\x04\x05\x06\x07\x08");
+	put_bytes(p, &b);
+	CHECK_ST(read_status(p, NULL), TQ_ERR_FORMAT);
+	CHECK_DETAIL("row 0: word longer than 4096 bytes");
+	b_free(&b);
+}
+
+/* .fvecs, .ivecs and .bvecs without a name: told apart by their content. */
+static void
+test_sniff_vecs(void)
+{
+	const uint32_t d = 6;
+	const size_t n = 2000;
+	float *x = make_rows(n, d);
+	struct bytes f = { 0 }, iv = { 0 }, bv = { 0 };
+	struct tq_reader *r;
+	size_t i, j;
+	pid_t pid;
+	int saved, k;
+
+	for (i = 0; i < n; i++) {
+		b_le32(&f, d);
+		b_le32(&iv, d);
+		b_le32(&bv, d);
+		for (j = 0; j < d; j++) {
+			b_f32(&f, x[i * d + j]);
+			b_le32(&iv, (uint32_t)(i * 7 + j));
+			b_u8(&bv, (unsigned)(i + j) & 0xff);
+		}
+	}
+	for (k = 0; k < 3; k++) {
+		const struct bytes *b = k == 0 ? &f : k == 1 ? &iv : &bv;
+		static const char *const fmt[] = { "fvecs", "ivecs", "bvecs" };
+		float buf[6];
+		size_t got;
+
+		saved = stdin_from(b->p, b->n, &pid);
+		CHECK_OK(tq_reader_open("-", NULL, &r));
+		if (r != NULL) {
+			CHECK(strcmp(tq_reader_format(r), fmt[k]) == 0);
+			CHECK(tq_reader_dim(r) == d);
+			CHECK(tq_reader_count(r) == -1);
+			CHECK_OK(tq_reader_read(r, buf, 1, &got));
+			CHECK(got == 1);
+			if (k == 0)
+				CHECK(memcmp(buf, x, sizeof(buf)) == 0);
+			else
+				CHECK(buf[5] == 5);
+			tq_reader_close(r);
+		}
+		stdin_restore(saved, pid);
+		/* A file without the extension, too. */
+		put_bytes(unit_path("noext"), b);
+		CHECK_OK(tq_reader_open(unit_path("noext"), NULL, &r));
+		if (r != NULL) {
+			CHECK(strcmp(tq_reader_format(r), fmt[k]) == 0);
+			CHECK(tq_reader_count(r) == (int64_t)n);
+			tq_reader_close(r);
+		}
+	}
+	saved = stdin_from(f.p, f.n, &pid);
+	read_compare("-", NULL, x, n, d, 333);
+	stdin_restore(saved, pid);
+	/* One row, the whole input. */
+	saved = stdin_from(f.p, 4 + 4 * d, &pid);
+	read_compare("-", NULL, x, 1, d, 4);
+	stdin_restore(saved, pid);
+	b_free(&f);
+	b_free(&iv);
+	b_free(&bv);
+	free(x);
+}
+
+/* ------------------------------------------------------------------------ */
 /* Hostile headers                                                           */
 
 static void
@@ -944,7 +1273,8 @@ test_fixture_errors(void)
 	CHECK_DETAIL("truncated header");
 	put_file(unit_path("empty"), "", 0);
 	CHECK_ST(open_status(unit_path("empty")), TQ_ERR_EMPTY);
-	put_file(unit_path("text"), "1.0,2.0,3.0\n", 12);
+	/* Text that is not numbers (numbers are text vectors now). */
+	put_file(unit_path("text"), "one,two,three\n", 14);
 	CHECK_ST(open_status(unit_path("text")), TQ_ERR_FORMAT);
 	CHECK_DETAIL("not a vector file (unrecognised header)");
 
@@ -1528,6 +1858,9 @@ main(void)
 	RUN(test_zstd);
 	RUN(test_stdin);
 	RUN(test_fifo);
+	RUN(test_text);
+	RUN(test_w2v);
+	RUN(test_sniff_vecs);
 	RUN(test_fixture_errors);
 	RUN(test_vecs_errors);
 	RUN(test_hdf5);
