@@ -751,3 +751,23 @@ wait_politely(struct tq_build_params *bp)
 	bp->on_wait = say_waiting;
 	bp->wait_arg = NULL;
 }
+
+static struct tq_writer **guarded;
+
+static void
+abort_guarded(void *arg, int in_signal)
+{
+	(void)arg;
+	if (!in_signal && guarded != NULL && *guarded != NULL)
+		tq_writer_abort(*guarded);
+	if (guarded != NULL)
+		*guarded = NULL;
+}
+
+void
+guard_writer(struct tq_writer **w)
+{
+	if (guarded == NULL)
+		at_cleanup(abort_guarded, NULL);
+	guarded = w;
+}

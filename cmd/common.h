@@ -117,6 +117,12 @@ void at_cleanup(void (*fn)(void *, int in_signal), void *arg);
  * a temporary file there first).  Exit 1 naming the path otherwise.
  */
 void check_output(const char *path);
+/*
+ * *w, a vector writer (NULL until opened), is aborted if the program exits
+ * before it is committed (and *w set to NULL); the destination keeps what
+ * it held.
+ */
+void guard_writer(struct tq_writer **w);
 /* Writers of an index: say once on a terminal when waiting for its lock. */
 void wait_politely(struct tq_build_params *bp);
 

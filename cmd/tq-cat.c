@@ -103,15 +103,7 @@ struct cat {
 	size_t res_n, res_cap;
 };
 
-static struct tq_writer *writer;	/* aborted if we exit before commit */
-
-static void
-abort_writer(void *arg, int in_signal)
-{
-	if (!in_signal && writer != NULL)
-		tq_writer_abort(writer);
-	writer = NULL;
-}
+static struct tq_writer *writer;	/* guard_writer: aborted at exit */
 
 /*
  * splitmix64 (Steele, Lea and Flood 2014), seeded with the seed itself;
@@ -466,7 +458,7 @@ cat(const struct opts *o, char **inputs, int ninputs)
 	}
 	c.reservoir = !known && o->sample != NONE;
 
-	at_cleanup(abort_writer, NULL);
+	guard_writer(&writer);
 	if ((st = tq_writer_open(o->out, o->fmt, c.dim, out_n, &writer)) !=
 	    TQ_OK)
 		die_status(st, out_name(o->out));

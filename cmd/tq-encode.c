@@ -39,15 +39,7 @@ static const struct option longopts[] = {
 /* Vectors read at once: 64 blocks, split between the threads. */
 #define CHUNK 2048
 
-static struct tq_writer *writer;	/* aborted if we exit before commit */
-
-static void
-abort_writer(void *arg, int in_signal)
-{
-	if (!in_signal && writer != NULL)
-		tq_writer_abort(writer);
-	writer = NULL;
-}
+static struct tq_writer *writer;	/* guard_writer: aborted at exit */
 
 static void
 encode(const struct tq_quantizer *q, const char *in, const char *dataset,
@@ -161,7 +153,7 @@ decode(const struct tq_quantizer *q, const char *in, const char *outpath,
 	codes = xmallocarray(CHUNK, cb);
 	f = xmallocarray(CHUNK * TQ_NFACTORS, sizeof(*f));
 	rec = xmallocarray(CHUNK, rb);
-	at_cleanup(abort_writer, NULL);
+	guard_writer(&writer);
 	if ((st = tq_writer_open(outpath, fmt, dim, n, &writer)) != TQ_OK)
 		die_status(st, out_name(outpath));
 	for (;;) {

@@ -167,15 +167,7 @@ add_recall(const int64_t *r, size_t wr, const int64_t *t, size_t wt,
 
 /* --truth ---------------------------------------------------------------- */
 
-static struct tq_writer *writer;
-
-static void
-abort_writer(void *arg, int in_signal)
-{
-	if (!in_signal && writer != NULL)
-		tq_writer_abort(writer);
-	writer = NULL;
-}
+static struct tq_writer *writer;	/* guard_writer: aborted at exit */
 
 /*
  * Exact top-k of the queries in the corpus, or exit naming the corpus when
@@ -227,7 +219,7 @@ truth_mode(const struct opts *o, const char *corpus, const char *queries)
 	exact(corpus, o->dataset, o->metric, queries, q, nq, dim, o->k,
 	    o->threads, ids);
 	row = xmallocarray(o->k, sizeof(*row));
-	at_cleanup(abort_writer, NULL);
+	guard_writer(&writer);
 	if ((st = tq_writer_open(o->out, TQ_VEC_IVECS, o->k, nq, &writer)) !=
 	    TQ_OK)
 		die_status(st, out_name(o->out));

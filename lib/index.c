@@ -1033,8 +1033,9 @@ cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-static int
-idset_has(const uint64_t *set, size_t m, uint64_t id)
+/* The first position of the sorted set[0 .. m) whose id is not below id. */
+static size_t
+idset_find(const uint64_t *set, size_t m, uint64_t id)
 {
 	size_t lo = 0, hi = m;
 
@@ -1046,6 +1047,14 @@ idset_has(const uint64_t *set, size_t m, uint64_t id)
 		else
 			hi = mid;
 	}
+	return lo;
+}
+
+static int
+idset_has(const uint64_t *set, size_t m, uint64_t id)
+{
+	size_t lo = idset_find(set, m, id);
+
 	return lo < m && set[lo] == id;
 }
 
@@ -1108,16 +1117,8 @@ ids_load(struct build *b, uint64_t **sorted)
 		memset(first, 0xff, nd * 8);
 		for (uint64_t r = 0; r < b->nallids; r++) {
 			uint64_t id = b->allids[r];
-			size_t lo = 0, hi = nd;
+			size_t lo = idset_find(dup, nd, id);
 
-			while (lo < hi) {
-				size_t mid = lo + (hi - lo) / 2;
-
-				if (dup[mid] < id)
-					lo = mid + 1;
-				else
-					hi = mid;
-			}
 			if (lo == nd || dup[lo] != id)
 				continue;
 			if (first[lo] != UINT64_MAX) {

@@ -6,7 +6,12 @@
 
 load helpers
 
-KILLS=${TQ_COMMIT_KILLS:-200}
+# 200 kills; 40 under the sanitizers, whose programs run several times
+# slower (the kills are as many, the run as long, for the same points).
+case $TQ_BIN in
+*asan*)	KILLS=${TQ_COMMIT_KILLS:-40} ;;
+*)	KILLS=${TQ_COMMIT_KILLS:-200} ;;
+esac
 
 setup_file() {
 	local F=$BATS_FILE_TMPDIR
