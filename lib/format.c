@@ -869,11 +869,14 @@ tq_file_verify(const char *path)
 		XXH64_hash_t h = XXH64(f.base + s->offset, (size_t)s->length, 0);
 
 		if (h != s->checksum) {
-			tq_file_unmap(&f);
-			return tq_fail(TQ_ERR_CHECKSUM, "section %s: checksum "
-			    "%016llx, expected %016llx", s->tag,
+			/* The detail first: unmapping frees the table. */
+			enum tq_status rc = tq_fail(TQ_ERR_CHECKSUM, "section "
+			    "%s: checksum %016llx, expected %016llx", s->tag,
 			    (unsigned long long)h,
 			    (unsigned long long)s->checksum);
+
+			tq_file_unmap(&f);
+			return rc;
 		}
 	}
 	tq_file_unmap(&f);
