@@ -355,6 +355,13 @@ tqfile_cases() {
 
 	expect 1 'FILE: N ids for R rows' 'few.ids: 5 ids for 300 rows' \
 	    tq-build --ids few.ids -q q.tq -o out.tqi c.bin
+	run --separate-stderr "$TQ_BIN/tq-build" -q q.tq --ids <(seq 1 5) -o out.tqi c.bin
+	diag tq-build 1 'FILE: the ids file has N ids but the corpus has R rows' \
+	    '/dev/fd/*: the ids file has 5 ids but the corpus has 300 rows'
+	run --separate-stderr "$TQ_BIN/tq-build" -q q.tq --ids <(seq 1 301) -o out.tqi c.bin
+	diag tq-build 1 'FILE: the ids file has more ids than the corpus has rows (R)' \
+	    '/dev/fd/*: the ids file has more ids than the corpus has rows (300)'
+
 	expect 1 'FILE: line L: not an unsigned integer' \
 	    'bad.ids: line 2: not an unsigned integer' \
 	    tq-build --ids bad.ids -q q.tq -o out.tqi c.bin

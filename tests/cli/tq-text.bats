@@ -116,7 +116,7 @@ sys.stdout.buffer.write(struct.pack("<II", 3, 3) + b"".join(struct.pack("<3f", *
 	seq 6000 6004 | "$TQ_BIN/tq-build" --append --ids - a.tqi "$F/q.bin"
 	# Too few ids on a pipe: the ids file is named.
 	run --separate-stderr "$TQ_BIN/tq-build" --append --ids <(seq 7000 7003) a.tqi "$F/q.bin"
-	assert_fail1 tq-build "the ids file has 4 ids but the corpus has more rows"
+	assert_fail1 tq-build "the ids file has 4 ids but the corpus has 5 rows"
 	run --separate-stderr "$TQ_BIN/tq-build" -q "$F/q.tq" -o b.tqi --ids <(seq 1 201) "$F/c.bin"
 	assert_fail1 tq-build "the ids file has more ids than the corpus has rows"
 }
