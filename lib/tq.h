@@ -491,13 +491,17 @@ void tq_build_params_default(struct tq_build_params *p);
  * With a quantizer that has lists, each row is assigned to its nearest
  * list and the index stores the lists one after another, each in input
  * order.  The corpus is still read once: the encoded rows go to an
- * unlinked temporary file beside `path` (about the size of the index),
- * which is then read sequentially once per p->memory bytes of output
- * rows to write them list by list.  Peak memory is about p->memory plus
- * a few chunks, whatever the corpus size.  `ids`, when
- * not NULL, gives one external id per row (it must hold exactly as many);
- * otherwise the ids are the row numbers 0, 1, ...  The output is written
- * to a temporary file and renamed into place: `path` is never left torn.
+ * unlinked temporary file beside `path` (about the size of the index), in
+ * buckets of consecutive lists, and each bucket is read back once (once
+ * per p->memory bytes of its rows when it holds more) to write its lists.
+ * Peak memory is about p->memory plus a few chunks, whatever the corpus
+ * size.  A flat build from a stream of unknown length spools it first.  `ids`, when
+ * not NULL, gives one external id per row (it must hold exactly as many,
+ * all distinct: TQ_ERR_DUPLICATE names the first repeat; they are read
+ * first, 16 bytes of memory a row); otherwise the ids are the row numbers
+ * 0, 1, ...  The output is written to a temporary file and renamed into
+ * place: `path` is never left torn.  An existing file at `path` is locked
+ * as by the mutations below while the build runs.
  * Fails with TQ_ERR_MISMATCH if the corpus dimension is not the
  * quantizer's, TQ_ERR_EMPTY if the corpus has no rows.
  */
@@ -525,33 +529,42 @@ uint64_t tq_index_live(const struct tq_index *ix);
 enum tq_originals tq_index_originals(const struct tq_index *ix);
 
 /*
- * Mutating an index.  An index file is never changed in place: each of
- * these reads the index at `path`, checks every section checksum (so a
- * damaged file is not laundered into a valid one), writes the result to a
- * temporary file beside `out` and renames it into place after fsync.
- * `out` may equal `path`; until the rename the old file stays complete,
- * and on failure it is untouched and no temporary file is left.  An open
- * struct tq_index of the old file keeps reading the old contents.
+ * Mutating an index (format version 2, tq(5) "Commits").  Each of these
+ * takes an exclusive lock of the index (p->no_wait, p->on_wait) for its
+ * whole read-modify-write, so overlapping writers run one after another;
+ * readers take no lock.  When `out` is `path` the change is a commit onto
+ * the file: new sections past the current commit, a new table, a sync,
+ * then the new commit's slot and a sync.  A failure or a crash at any
+ * point leaves the current commit current and intact, and an open struct
+ * tq_index keeps reading the commit it opened.  A change written to
+ * another `out`, a compaction, a version 1 index and an append past
+ * p->max_segments instead write a whole new file (one segment) beside
+ * `out` and rename it into place after fsync, checking every section
+ * checksum of `path` first so that damage is not copied into a valid
+ * file.
  *
  * tq_index_delete marks the rows whose external id is in ids[0..nids) as
- * deleted in a TOMB section (tq(5)); codes, factors, ids and originals
- * are copied byte for byte.  Ids that are not in the index, or whose rows
- * are already deleted, are ignored; *deleted (if not NULL) receives the
- * number of rows newly marked.  Every row with a listed id is deleted
- * (ids need not be unique).  Fails with TQ_ERR_EMPTY ("would delete
- * every vector") if no live row would remain: an index holds at least
- * one live vector.
+ * deleted: a new TOMB for each segment it touches (nothing is written when
+ * no live row has a listed id).  Ids that are not in the index, or whose
+ * rows are already deleted, are ignored; *deleted (if not NULL) receives
+ * the number of rows newly marked.  Fails with TQ_ERR_EMPTY ("would delete
+ * every vector") if no live row would remain: an index holds at least one
+ * live vector.
  *
- * tq_index_append writes the live rows of the index, in order, followed
- * by the rows of `corpus` encoded with the index's own quantizer (no
- * fitting): deleted rows are compacted away, and the new rows get
- * originals in the index's format iff it has originals (p->originals is
- * ignored; p->threads is used).  `ids` gives one id per new row; when
+ * tq_index_append adds the rows of `corpus` encoded with the index's own
+ * quantizer (no fitting) as a new segment, exactly as tq_build would build
+ * them alone; they get originals in the index's format iff it has
+ * originals (p->originals is ignored; p->threads is used).  `ids` gives
+ * one id per new row, all distinct and none live in the index, else
+ * TQ_ERR_DUPLICATE and nothing is written; with p->replace, live rows with
+ * those ids are deleted in the same commit (an upsert).  When `ids` is
  * NULL the new ids continue from one more than the largest id of any row
- * of the old file (deleted rows included).  With the same quantizer and
- * ids, the result is byte for byte the file tq_build would make from the
- * old rows and the new ones.  `corpus` NULL only compacts (tq_index_
- * compact); otherwise an empty corpus fails with TQ_ERR_EMPTY.
+ * (deleted rows included).  Searches return for a segmented index what
+ * they return for its compaction.  `corpus` NULL only compacts
+ * (tq_index_compact): the live rows into one segment, byte for byte the
+ * file tq_build makes from them with the same quantizer and ids.
+ * Otherwise an empty corpus fails with TQ_ERR_EMPTY.  Given ids are read
+ * first: 16 bytes of memory a row.
  */
 enum tq_status tq_index_delete(const char *path, const uint64_t *ids,
     size_t nids, const struct tq_build_params *p, const char *out,
