@@ -447,8 +447,13 @@ ids_out(struct build *b, size_t rows, size_t at, uint64_t first)
 				    "has %llu ids but the corpus has more rows",
 				    (unsigned long long)b->nallids);
 			id = b->allids[b->rows_done];
-		} else
+		} else {
+			/* UINT64_MAX stays free: results use it for "none". */
+			if (first + i >= UINT64_MAX - b->first_id)
+				return tq_fail(TQ_ERR_OVERFLOW, "the new ids would "
+				    "pass 2^64 - 2; give them with an ids file");
 			id = b->first_id + first + i;
+		}
 		b->rows_done++;
 		wr_le64(b->idbuf + 8 * (at + i), id);
 		see_id(b, id);
@@ -1935,7 +1940,7 @@ append_run(struct build *b, const struct tq_index *ix, struct source *src,
 	if (src->r != NULL && b->allids == NULL &&
 	    b->first_id > UINT64_MAX - nnew)
 		return tq_fail(TQ_ERR_OVERFLOW, "the new ids would "
-		    "pass 2^64 - 1; give them with an ids file");
+		    "pass 2^64 - 2; give them with an ids file");
 	/* A rewrite holds only live rows: its next id is theirs. */
 	b->next_id = 0;
 	total = ix->live + nnew;
@@ -2042,10 +2047,7 @@ append_onto(struct build *b, struct mut *m, struct source *src,
 	b->part = ix->nparts + 1;
 	b->first_id = index_next_id(ix);
 	b->next_id = b->first_id;
-	if ((rc = build_run(b, src, path)) == TQ_OK &&
-	    b->allids == NULL && b->next_id < b->first_id)
-		rc = tq_fail(TQ_ERR_OVERFLOW, "the new ids would pass 2^64 - "
-		    "1; give them with an ids file");
+	rc = build_run(b, src, path);
 	if (rc == TQ_OK)
 		rc = mut_keep(m, b->fw, 0);
 	if (rc == TQ_OK)

@@ -765,6 +765,26 @@ test_append_errors(void)
 	}
 	tq_ids_close(ids);
 	tq_reader_close(r);
+	/*
+	 * Default ids never reach 2^64 - 1 (results use it for "none"): after
+	 * an id of 2^64 - 2 an append without ids fails, the file as it was.
+	 */
+	write_ids(unit_path("top.ids"), (uint64_t[]){ UINT64_MAX - 1 }, 1);
+	CHECK_OK(tq_reader_open(unit_path("one.bin"), NULL, &r));
+	CHECK_OK(tq_ids_open(unit_path("top.ids"), &ids));
+	CHECK_OK(tq_index_append(p, r, ids, NULL, p));
+	tq_ids_close(ids);
+	tq_reader_close(r);
+	CHECK_OK(tq_reader_open(unit_path("one.bin"), NULL, &r));
+	{
+		struct stat sa, sb;
+
+		stat(p, &sa);
+		CHECK_ST(tq_index_append(p, r, NULL, NULL, p), TQ_ERR_OVERFLOW);
+		stat(p, &sb);
+		CHECK(sa.st_size == sb.st_size);
+	}
+	tq_reader_close(r);
 	tq_quantizer_free(q);
 	free(x);
 }
