@@ -1,12 +1,17 @@
 /*
- * format.c - the tq container: a 64-byte header, a table of tagged
- * sections with XXH64 checksums, 64-byte aligned payloads (see tq(5)).
+ * format.c - the tq container: a header, a table of tagged sections with
+ * XXH64 checksums, 64-byte aligned payloads (see tq(5)).  Version 1 (all
+ * quantizers, older indexes) has one header and the table at 64; version
+ * 2 (indexes) a superblock with two commit slots, each naming a table
+ * (the order in which a commit reaches the disk is in commit.c).
  *
  * Reading maps the file read-only and validates every field of the header
- * and the table before anything else looks at a payload.  Writing goes to
- * a temporary file beside the destination; the header and table are
- * written last, then fsync and rename, so a crash leaves either the old
- * file or the complete new one.
+ * (for version 2, of the current commit's slot) and the table before
+ * anything else looks at a payload.  A new file goes to a temporary file
+ * beside the destination; its header and table are written last, then
+ * fsync and rename, so a crash leaves either the old file or the complete
+ * new one.  A commit onto an existing index (tq_fw_open_commit) appends
+ * instead.
  */
 #include <errno.h>
 #include <fcntl.h>

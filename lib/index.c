@@ -6,21 +6,25 @@
  * so the bytes never depend on the thread count), and writes the codes,
  * factors, ids and originals straight into their reserved sections of the
  * output.  Memory is a few chunks, whatever the corpus size.  When the
- * reader cannot say how many rows it holds (a pipe), the rows are first
- * spooled to an unlinked temporary file beside the output, because the
- * section sizes must be known before the first byte is placed.
+ * reader cannot say how many rows it holds (a pipe), a flat build spools
+ * the rows to an unlinked temporary file beside the output first, because
+ * the section sizes must be known before the first byte is placed.
  *
  * With coarse lists (IVF) the encoded rows are not written in input
- * order but spilled, with their list, to an unlinked temporary file; the
- * output is then filled list by list from windows of rows: each window is
- * gathered by one sequential read of the spill (see ivf_emit).
+ * order but spilled, with their list, to an unlinked temporary file in
+ * buckets of consecutive lists; the output is then filled list by list,
+ * each bucket read back once (see ivf_emit).  A pipe needs no spool.
  *
- * An index is never modified in place.  Deleting rows writes a copy with
- * a TOMB bitmap; appending (and compacting) streams the live rows out of
+ * An index is a sequence of segments (format 2, tq(5)).  An append builds
+ * its rows as a new segment exactly as a fresh index of them, and commits
+ * it onto the file after the old ones (append_onto, commit.c); a delete
+ * commits new deletion bitmaps (mut_commit_bitmaps).  A compaction, or a
+ * change written elsewhere, streams the live rows of every segment out of
  * their blocks into the same chunk buffers as new rows encoded with the
  * index's quantizer, so the result equals a fresh build of those rows.
  * In an IVF index the live rows of each list move by runs, a block at a
- * time, ahead of the list's new rows (ivf_emit).
+ * time, ahead of the list's new rows (ivf_emit).  Every change runs under
+ * the index's lock and checks given ids first (ids_load, mut_kill_ids).
  */
 #include <errno.h>
 #include <math.h>
@@ -857,11 +861,13 @@ ocur_take(struct build *b, const struct tq_index *ix, struct ocur *c,
 }
 
 /*
- * Writes the spilled rows list by list.  Output rows [r0, r1) form a
- * window of at most p->memory bytes of records; one sequential read of
- * the spill places every record of the window (its position is its
- * list's offset plus the records of that list seen before it), then the
- * window goes out through the chunk buffers.  Passes: spill / memory.
+ * Writes the spilled rows list by list, a bucket of lists at a time.
+ * Output rows [r0, r1) of a bucket form a window of at most p->memory
+ * bytes of records; one sequential read of the bucket's chunks places
+ * every record of the window (its position is its list's offset plus the
+ * records of that list seen before it), then the window goes out through
+ * the chunk buffers.  The spill is read once, or once per window of a
+ * bucket larger than p->memory.
  * Rows are placed straight into the chunk's blocks, each one setting
  * every bit of its slot; only the last chunk, when partial, is cleared
  * first, for the zeros past n.

@@ -39,6 +39,12 @@
  * segments; one query alone has its segments' blocks split between the
  * threads.
  *
+ * An index of several segments (appends, tq(5)) is searched as one: its
+ * rows form one row space in which every segment starts on a block, the
+ * scan ranges (struct seg) are cut per segment, since only a segment's
+ * codes are contiguous, and the heaps see the rows of all of them, so the
+ * results are those of the compacted index.
+ *
  * Deleted rows (TOMB) and rows outside an allow-list are masked with one
  * 32-bit word per block: a block whose word is zero is not scanned, and a
  * masked row never reaches a heap.  Range search scans every query over
