@@ -717,7 +717,7 @@ check_output(const char *path)
 	struct stat st;
 	char *copy, *dir;
 
-	if (strcmp(path, "-") == 0)
+	if (path == NULL || strcmp(path, "-") == 0)
 		return;
 	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
 		die("%s: is a directory", path);

@@ -115,6 +115,7 @@ void at_cleanup(void (*fn)(void *, int in_signal), void *arg);
  * Checks before any work that an output path can be written: not a
  * directory, its directory exists and may be written (the output goes to
  * a temporary file there first).  Exit 1 naming the path otherwise.
+ * NULL (no output given) and "-" pass.
  */
 void check_output(const char *path);
 /*

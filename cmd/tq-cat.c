@@ -540,8 +540,7 @@ main(int argc, char *argv[])
 	}
 	argc -= optind;
 	argv += optind;
-	if (o.out != NULL)
-		check_output(o.out);
+	check_output(o.out);
 	if (format == NULL)
 		o.fmt = strcmp(o.out, "-") == 0 ? TQ_VEC_FIXTURE :
 		    suffix_format(o.out);

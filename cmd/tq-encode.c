@@ -252,8 +252,7 @@ main(int argc, char *argv[])
 	}
 	argc -= optind;
 	argv += optind;
-	if (out != NULL)
-		check_output(out);
+	check_output(out);
 	if (argc > 0)
 		usage_error("unexpected argument '%s'", argv[0]);
 	if (qpath == NULL)

@@ -510,8 +510,7 @@ main(int argc, char *argv[])
 	}
 	argc -= optind;
 	argv += optind;
-	if (outpath != NULL)
-		check_output(outpath);
+	check_output(outpath);
 	if (mset + (qpath != NULL) != 1)
 		usage_error("give the metric with exactly one of -m and -q");
 	if (argc < 1)

@@ -1149,8 +1149,7 @@ main(int argc, char *argv[])
 	}
 	argc -= optind;
 	argv += optind;
-	if (o.out != NULL)
-		check_output(o.out);
+	check_output(o.out);
 
 	if (truth) {
 		only(&o, " -k -m --threads --dataset -o ", "to --truth");

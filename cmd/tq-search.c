@@ -205,8 +205,7 @@ main(int argc, char *argv[])
 	}
 	argc -= optind;
 	argv += optind;
-	if (outpath != NULL)
-		check_output(outpath);
+	check_output(outpath);
 	if (argc < 1)
 		usage_error("missing index");
 	if (argc > 1)

@@ -2122,8 +2122,11 @@ tq_index_append(const char *path, struct tq_reader *corpus,
 	    ix->nparts < maxseg;
 	if (onto) {
 		rc = append_onto(&b, &m, &src, path);
-	} else if ((rc = tq_file_verify(path)) == TQ_OK) {
-		/* A rewrite must not launder damage: checked first. */
+	} else if (corpus == NULL || (rc = tq_file_verify(path)) == TQ_OK) {
+		/*
+		 * A rewrite must not launder damage: checked first (for a
+		 * compaction, by mut_open already).
+		 */
 		rc = append_run(&b, ix, &src, out);
 		rc = build_end(&b, &src, rc);
 		free(sorted);

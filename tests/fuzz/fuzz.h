@@ -128,4 +128,43 @@ fuzz_drain_reader(const char *path, int as_int)
 	tq_reader_close(r);
 }
 
+/*
+ * Reads every row of the vector file at path in chunks of 5 and walks the
+ * labels of each read: a label for every row exactly when the reader says
+ * it has labels, none past the rows read, none longer than a line.
+ */
+static __attribute__((unused)) void
+fuzz_drain_labels(const char *path)
+{
+	struct tq_reader *r;
+	size_t got, i, chunk = 5;
+	float *buf;
+	uint32_t dim;
+
+	if (tq_reader_open(path, NULL, &r) != TQ_OK)
+		return;
+	dim = tq_reader_dim(r);
+	if (dim == 0 || dim > TQ_MAX_DIM)
+		abort();
+	buf = malloc(chunk * dim * 4);
+	if (buf == NULL)
+		abort();
+	while (tq_reader_read(r, buf, chunk, &got) == TQ_OK && got > 0) {
+		if (got > chunk)
+			abort();
+		for (i = 0; i < got; i++) {
+			const char *l = tq_reader_label(r, i);
+
+			if ((l != NULL) != (tq_reader_has_labels(r) != 0))
+				abort();
+			if (l != NULL && strlen(l) > ((size_t)1 << 20))
+				abort();
+		}
+		if (tq_reader_label(r, got) != NULL)
+			abort();
+	}
+	free(buf);
+	tq_reader_close(r);
+}
+
 #endif /* TQ_FUZZ_H */
