@@ -10,7 +10,8 @@
  * N(0,1) in column-major order (row index fastest: G[i + j*d] is the
  * (i + j*d)-th Gaussian).  G = Q R' (Householder QR); column i of Q
  * is multiplied by sign(R'_ii) so that Q is Haar distributed.  (The QR
- * is our own blocked Householder code, see qr_orthogonal().)  The
+ * is our own blocked Householder code, see qr_orthogonal(): the same
+ * bytes on every CPU, whatever BLAS is installed.)  The
  * rotation is R = Q^T, stored row-major as f32: payload[i*d + j] = Q[j][i],
  * which is exactly Q's column-major buffer rounded to float.
  *
@@ -60,6 +61,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cblas.h>
 
@@ -174,13 +176,33 @@ rng_below(struct rng *g, uint64_t n)
  * panels of QR_PANEL columns (compact WY, as LAPACK dgeqrf/dorgqr).  Our
  * own code rather than LAPACK because dgeqrf's result was measured to
  * change with OPENBLAS_NUM_THREADS (d = 784: 1 and 2 threads gave other
- * bytes).  Only dgemm is delegated to BLAS; it computes every element of
- * its product in the same order however the work is split over threads.
+ * bytes).  The panel products are ours too: OpenBLAS's dgemm sums in an
+ * order of its kernel's choosing, and the Haswell kernel gave other bytes
+ * than the Prescott and SkylakeX ones (d = 1536), so the same seed made
+ * another quantizer on another CPU.  Here every element of a product is
+ * a sum in one written order (no fused multiply-add: -ffp-contract=off),
+ * and the loops vectorise only across independent elements, so the bytes
+ * do not depend on the CPU, the compiler's vector width or BLAS.
  */
 #define QR_PANEL 64
+/*
+ * The panel products (panel_times, panel_update) are compiled at -O3 in
+ * clones for AVX-512, AVX2 and baseline x86-64, one chosen when the
+ * library loads.  They give the same bits: see the comment above them.
+ * test_quantizer pins the bytes of three rotations; -DTQ_NO_CLONES
+ * builds the baseline alone, for comparison.
+ */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && \
+    !defined(TQ_NO_CLONES)
+#define QR_CLONES __attribute__((target_clones("avx512f", "avx2", "default"), \
+    optimize("O3")))
+#else
+#define QR_CLONES
+#endif
 
 struct qr_work {
 	double *v;	/* n * QR_PANEL: explicit V of a panel */
+	double *vt;	/* n * QR_PANEL: V transposed (row r: V[r, 0..pw)) */
 	double *w;	/* QR_PANEL * n */
 	double *t;	/* QR_PANEL * QR_PANEL, upper triangular T */
 	double *tau;	/* n */
@@ -248,6 +270,130 @@ panel_vt(const double *a, size_t n, size_t k0, size_t pw, struct qr_work *q)
 }
 
 /*
+ * The two panel products below hold nearly all of the O(n^3) work.  Each
+ * element is one sum in a written order; the vectors (GCC's generic
+ * vector extension: lane-wise multiplies and subtracts, never fused)
+ * hold 8 independent elements, so every clone gives the same bits.
+ */
+typedef double qr_f64x8 __attribute__((vector_size(64), aligned(8)));
+
+/* Unaligned 8-double moves (memcpy compiles to one vector move). */
+#define QR_LOAD8(v, p) memcpy(&(v), (p), sizeof(qr_f64x8))
+#define QR_STORE8(p, v) memcpy((p), &(v), sizeof(qr_f64x8))
+
+/* W (pw x nc) <- V^T C: W[j, col] = sum over r = 0 .. m-1 of V[r, j] C[r, col]. */
+QR_CLONES static void
+panel_times(const double *c, size_t n, size_t m, size_t nc, size_t pw,
+    struct qr_work *q)
+{
+	size_t col, r, j, t, b;
+
+	for (r = 0; r < m; r++)
+		for (j = 0; j < pw; j++)
+			q->vt[r * pw + j] = q->v[j * m + r];
+	for (col = 0; col + 4 <= nc; col += 4) {
+		const double *c0 = c + col * n, *c1 = c0 + n, *c2 = c1 + n,
+		    *c3 = c2 + n;
+		double *w = q->w + col * pw;
+
+		for (j = 0; j + 8 <= pw; j += 8) {
+			qr_f64x8 a0 = { 0 }, a1 = { 0 }, a2 = { 0 }, a3 = { 0 };
+
+			for (r = 0; r < m; r++) {
+				qr_f64x8 v;
+
+				QR_LOAD8(v, q->vt + r * pw + j);
+				a0 += v * c0[r];
+				a1 += v * c1[r];
+				a2 += v * c2[r];
+				a3 += v * c3[r];
+			}
+			QR_STORE8(w + j, a0);
+			QR_STORE8(w + pw + j, a1);
+			QR_STORE8(w + 2 * pw + j, a2);
+			QR_STORE8(w + 3 * pw + j, a3);
+		}
+		for (b = 0; b < 4; b++)
+			for (t = j; t < pw; t++) {
+				const double *cb = c0 + b * n;
+				double s = 0;
+
+				for (r = 0; r < m; r++)
+					s += q->vt[r * pw + t] * cb[r];
+				w[b * pw + t] = s;
+			}
+	}
+	for (; col < nc; col++)
+		for (t = 0; t < pw; t++) {
+			const double *cb = c + col * n;
+			double s = 0;
+
+			for (r = 0; r < m; r++)
+				s += q->vt[r * pw + t] * cb[r];
+			q->w[col * pw + t] = s;
+		}
+}
+
+/*
+ * C -= V W: C[r, col] minus V[r, j] W[j, col] for j = 0 .. pw-1 in
+ * order.  Rows 8 at a time for 4 columns, held in registers over all j.
+ */
+QR_CLONES static void
+panel_update(double *c, size_t n, size_t m, size_t nc, size_t pw,
+    const struct qr_work *q)
+{
+	size_t col, r, j, t, b;
+
+	for (col = 0; col + 4 <= nc; col += 4) {
+		double *c0 = c + col * n, *c1 = c0 + n, *c2 = c1 + n,
+		    *c3 = c2 + n;
+		const double *w = q->w + col * pw;
+
+		for (r = 0; r + 8 <= m; r += 8) {
+			qr_f64x8 a0, a1, a2, a3;
+
+			QR_LOAD8(a0, c0 + r);
+			QR_LOAD8(a1, c1 + r);
+			QR_LOAD8(a2, c2 + r);
+			QR_LOAD8(a3, c3 + r);
+			for (j = 0; j < pw; j++) {
+				qr_f64x8 v;
+
+				QR_LOAD8(v, q->v + j * m + r);
+				a0 -= v * w[j];
+				a1 -= v * w[pw + j];
+				a2 -= v * w[2 * pw + j];
+				a3 -= v * w[3 * pw + j];
+			}
+			QR_STORE8(c0 + r, a0);
+			QR_STORE8(c1 + r, a1);
+			QR_STORE8(c2 + r, a2);
+			QR_STORE8(c3 + r, a3);
+		}
+		for (b = 0; b < 4; b++)
+			for (t = r; t < m; t++) {
+				double *cb = c0 + b * n, s = cb[t];
+
+				for (j = 0; j < pw; j++)
+					s -= q->v[j * m + t] * w[b * pw + j];
+				cb[t] = s;
+			}
+	}
+	for (; col < nc; col++) {
+		double *cb = c + col * n;
+		const double *w = q->w + col * pw;
+
+		for (t = 0; t < m; t++) {
+			double s = cb[t];
+
+			for (j = 0; j < pw; j++)
+				s -= q->v[j * m + t] * w[j];
+			cb[t] = s;
+		}
+	}
+}
+
+/*
  * C (m x nc, leading dimension n) <- (I - V T V^T) C, or with T^T when
  * trans (that is, H^T = H_pw...H_1 for the factorization).
  */
@@ -259,9 +405,7 @@ block_reflect(double *c, size_t n, size_t m, size_t nc, size_t pw,
 
 	if (nc == 0)
 		return;
-	cblas_dgemm(CblasColMajor, CblasTrans, CblasNoTrans, (int)pw,
-	    (int)nc, (int)m, 1.0, q->v, (int)m, c, (int)n, 0.0, q->w,
-	    (int)pw);
+	panel_times(c, n, m, nc, pw, q);
 	for (col = 0; col < nc; col++) {
 		double *w = q->w + col * pw;
 
@@ -283,9 +427,7 @@ block_reflect(double *c, size_t n, size_t m, size_t nc, size_t pw,
 			}
 		}
 	}
-	cblas_dgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, (int)m,
-	    (int)nc, (int)pw, -1.0, q->v, (int)m, q->w, (int)pw, 1.0, c,
-	    (int)n);
+	panel_update(c, n, m, nc, pw, q);
 }
 
 /* A (n x n, column-major) <- Q of its QR factorization, sign-corrected. */
@@ -369,6 +511,7 @@ static void
 qr_work_free(struct qr_work *q)
 {
 	free(q->v);
+	free(q->vt);
 	free(q->w);
 	free(q->t);
 	free(q->tau);
@@ -379,11 +522,12 @@ static enum tq_status
 qr_work_alloc(struct qr_work *q, size_t n)
 {
 	q->v = tq_mallocarray(n, QR_PANEL * sizeof(double));
+	q->vt = tq_mallocarray(n, QR_PANEL * sizeof(double));
 	q->w = tq_mallocarray(n, QR_PANEL * sizeof(double));
 	q->t = tq_mallocarray(QR_PANEL * QR_PANEL, sizeof(double));
 	q->tau = tq_mallocarray(n, sizeof(double));
 	q->sgn = tq_mallocarray(n, sizeof(double));
-	if (!q->v || !q->w || !q->t || !q->tau || !q->sgn) {
+	if (!q->v || !q->vt || !q->w || !q->t || !q->tau || !q->sgn) {
 		qr_work_free(q);
 		return tq_fail(TQ_ERR_NOMEM, "rotation: out of memory");
 	}

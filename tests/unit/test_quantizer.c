@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include <xxhash.h>
+
 #include "internal.h"
 #include "unit.h"
 
@@ -461,6 +463,42 @@ test_seed(void)
 		tq_quantizer_free(q1);
 		tq_quantizer_free(q2);
 		tq_quantizer_free(q3);
+	}
+}
+
+/*
+ * The dense rotation's bytes are pinned: the QR's panel products are
+ * tq's own fixed-order code, compiled in clones for several instruction
+ * sets, so a seed must give these bytes on every x86-64 CPU and BLAS
+ * (OpenBLAS's Haswell dgemm once gave other bytes than its SkylakeX one).
+ * The dimensions leave tails in every blocking (panels of 64, runs of 8
+ * rows, groups of 4 columns).
+ */
+static void
+test_rotation_pinned(void)
+{
+	static const struct { uint32_t d; uint64_t seed, xxh; } pin[] = {
+		{ 67, 1, 0x6c641d835d43008dull }, { 200, 7, 0x5ef0ade617a22e2full },
+		{ 777, 42, 0x842f9214df2e91d3ull },
+	};
+	size_t k;
+
+	for (k = 0; k < sizeof(pin) / sizeof(pin[0]); k++) {
+		float *a;
+		size_t la;
+		uint64_t h;
+
+		if (quick && pin[k].d > 256)
+			continue;
+		CHECK_OK(tq_rotation_make(pin[k].d, TQ_ROT_DENSE, 0,
+		    pin[k].seed, &a, &la));
+		h = XXH64(a, la, 0);
+		if (h != pin[k].xxh)
+			fprintf(stderr, "rotation d=%u seed=%llu: xxh64 %016llx\n",
+			    pin[k].d, (unsigned long long)pin[k].seed,
+			    (unsigned long long)h);
+		CHECK(h == pin[k].xxh);
+		free(a);
 	}
 }
 
@@ -1271,6 +1309,7 @@ main(void)
 	RUN(test_narrow_reference);
 	RUN(test_structured_vs_dense);
 	RUN(test_seed);
+	RUN(test_rotation_pinned);
 	RUN(test_packing);
 	RUN(test_block_layout);
 	RUN(test_block_copy);
