@@ -783,3 +783,99 @@ tqfile_cases() {
 	[ ! -e out.bin ] && [ ! -e out.ivecs ] && [ ! -e out.bvecs ] &&
 	    [ ! -e out.npy ]
 }
+
+@test "tq-merge: every message under DIAGNOSTICS" {
+	printf '0\t1\t5\t0.5\n0\t2\t6\t0.75\n1\t1\t7\t0.25\n1\t2\t8\t1\n' >m0.tsv
+	printf '0\t1\t15\t0.5\n0\t2\t16\t0.75\n1\t1\t17\t0.25\n1\t2\t18\t1\n' >m1.tsv
+	printf '0\t1\t5\t0.5\n0\t2\t6\t0.75' >m-cut.tsv
+	printf '0\t1\t5\t0.5\n0\t2\t6\0\t0.75\n' >m-nul.tsv
+	printf '0\t1\t5\t0.5\n0\t2\tsix\t0.75\n' >m-field.tsv
+	printf '{"query":0,"ids":[5,6],"scores":[0.5]}\n' >m-num.json
+	printf '{"query":0,"idx":[5]}\n' >m-json.json
+	printf '{"query":0,"ids":[],"scores":[]}\n' >m-none.json
+	printf '0\t2\t5\t0.5\n' >m-rank1.tsv
+	printf '0\t1\t5\t0.5\n0\t3\t6\t0.75\n' >m-rank.tsv
+	printf '1\t1\t5\t0.5\n' >m-query.tsv
+	printf '0\t1\t5\t0.75\n0\t2\t6\t0.5\n' >m-desc.tsv
+	printf '0\t1\t6\t0.5\n0\t2\t5\t0.5\n' >m-ties.tsv
+	printf '0\t1\t15\t0.5\n0\t2\t16\t0.75\n' >m-short.tsv
+	printf '0\t1\t15\t0.5\n1\t1\t17\t0.25\n' >m-k1.tsv
+	printf '0\t1\t6\t0.5\n0\t2\t9\t0.75\n1\t1\t17\t0.25\n1\t2\t18\t1\n' >m-dup.tsv
+	printf '0\t1\t3000000000\t0.5\n0\t2\t16\t0.75\n' >m-big.tsv
+	: >m-empty.tsv
+
+	out_cases tq-merge -m l2 -o {} m0.tsv
+	expect 1 'FILE: No such file or directory' \
+	    'missing.tsv: No such file or directory' tq-merge -m l2 missing.tsv
+	expect 1 'FILE: not a tq file (bad magic)' \
+	    'c.bin: not a tq file (bad magic)' tq-merge -q c.bin m0.tsv
+	expect 1 'FILE: line L: no newline at the end (truncated?)' \
+	    'm-cut.tsv: line 2: no newline at the end (truncated?)' \
+	    tq-merge -m l2 m-cut.tsv
+	expect 1 'FILE: line L: holds a NUL byte' \
+	    'm-nul.tsv: line 2: holds a NUL byte' tq-merge -m l2 m-nul.tsv
+	expect 1 'FILE: line L: not a tq-search result (query<TAB>rank<TAB>id<TAB>score)' \
+	    'm-field.tsv: line 2: not a tq-search result (query<TAB>rank<TAB>id<TAB>score)' \
+	    tq-merge -m l2 m-field.tsv
+	expect 1 'FILE: line L: not a tq-search JSON result ({"query":Q,"ids":[...],"scores":[...]})' \
+	    'm-json.json: line 1: not a tq-search JSON result ({"query":Q,"ids":\[...\],"scores":\[...\]})' \
+	    tq-merge -m l2 m-json.json
+	expect 1 'FILE: line L: query Q: the ids and scores differ in number' \
+	    'm-num.json: line 1: query 0: the ids and scores differ in number' \
+	    tq-merge -m l2 m-num.json
+	expect 1 'FILE: line L: query Q starts at rank R' \
+	    'm-rank1.tsv: line 1: query 0 starts at rank 2' \
+	    tq-merge -m l2 m-rank1.tsv
+	expect 1 'FILE: line L: query Q: rank R where N was expected' \
+	    'm-rank.tsv: line 2: query 0: rank 3 where 2 was expected' \
+	    tq-merge -m l2 m-rank.tsv
+	expect 1 'FILE: line L: query Q where query N was expected' \
+	    'm-query.tsv: line 1: query 1 where query 0 was expected' \
+	    tq-merge -m l2 m-query.tsv
+	expect 1 'FILE: query Q: scores descend at rank R, but the metric ranks lower scores first' \
+	    'm-desc.tsv: query 0: scores descend at rank 2, but the metric ranks lower scores first' \
+	    tq-merge -m l2 m-desc.tsv
+	expect 1 'FILE: query Q: scores ascend at rank R, but the metric ranks higher scores first' \
+	    'm0.tsv: query 0: scores ascend at rank 2, but the metric ranks higher scores first' \
+	    tq-merge -m ip m0.tsv
+	expect 1 'FILE: query Q: equal scores not ordered by id at rank R' \
+	    'm-ties.tsv: query 0: equal scores not ordered by id at rank 2' \
+	    tq-merge -m l2 m-ties.tsv
+	expect 1 'FILE: no results' 'm-empty.tsv: no results' \
+	    tq-merge -m l2 m-empty.tsv
+	expect 1 'FILE: query 0 has no results' 'm-none.json: query 0 has no results' \
+	    tq-merge -m l2 m-none.json
+	expect 1 'FILE: k (N) exceeds its M results per query' \
+	    'm0.tsv: k (3) exceeds its 2 results per query' \
+	    tq-merge -m l2 -k 3 m0.tsv
+	expect 1 'FILE: ends after N queries, FILE has more' \
+	    'm-short.tsv: ends after 1 queries, m0.tsv has more' \
+	    tq-merge -m l2 m0.tsv m-short.tsv
+	expect 1 'FILE: more queries than FILE (N)' \
+	    'm0.tsv: more queries than m-short.tsv (1)' \
+	    tq-merge -m l2 m-short.tsv m0.tsv
+	expect 1 'FILE: query Q has N results, FILE has M (a different k, or a filtered search)' \
+	    'm-k1.tsv: query 0 has 1 results, m0.tsv has 2 (a different k, or a filtered search)' \
+	    tq-merge -m l2 m0.tsv m-k1.tsv
+	expect 1 'FILE: query Q: id N is also in FILE (overlapping shards?)' \
+	    'm-dup.tsv: query 0: id 6 is also in m0.tsv (overlapping shards?)' \
+	    tq-merge -m l2 m0.tsv m-dup.tsv
+	expect 1 'FILE: id N does not fit in ivecs (int32)' \
+	    'out.ivecs: id 3000000000 does not fit in ivecs (int32)' \
+	    tq-merge -m l2 --format ivecs -o out.ivecs m-big.tsv
+
+	expect 2 'give the metric with exactly one of -m and -q' \
+	    'give the metric with exactly one of -m and -q' tq-merge m0.tsv
+	expect 2 'missing result files' 'missing result files' tq-merge -m l2
+	expect 2 'standard input given twice' 'standard input given twice' \
+	    tq-merge -m l2 - -
+	expect 2 "metric 'NAME' is not one of l2, ip, cosine" \
+	    "metric 'l1' is not one of l2, ip, cosine" tq-merge -m l1 m0.tsv
+	expect 2 "format 'NAME' is not one of tsv, json, ivecs" \
+	    "format 'csv' is not one of tsv, json, ivecs" \
+	    tq-merge -m l2 --format csv m0.tsv
+	expect 2 "k 'ARG' out of range LO..HI" "k '0' out of range 1..1000000" \
+	    tq-merge -m l2 -k 0 m0.tsv
+	all_seen tq-merge
+	[ ! -e out.ivecs ]
+}
