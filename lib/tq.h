@@ -182,6 +182,23 @@ enum tq_status tq_ids_read(struct tq_ids_reader *r, uint64_t *ids,
 void tq_ids_close(struct tq_ids_reader *r);
 
 /*
+ * Labels: a text file of one label per line (LF or CRLF ends; the last
+ * line may lack its newline), zstd-compressed or not, from a file, a pipe
+ * or standard input ("-").  A label is 1 to TQ_LABEL_MAX bytes with no
+ * NUL; a line that breaks this fails the read naming it (TQ_ERR_FORMAT,
+ * "line 7: empty label").  tq_labels_read gives the next label in
+ * *label (NUL-terminated, valid until the next call) and its length in
+ * *len, or *label = NULL at the end.
+ */
+#define TQ_LABEL_MAX 4096u
+struct tq_labels_reader;
+enum tq_status tq_labels_open(const char *path,
+    struct tq_labels_reader **out);
+enum tq_status tq_labels_read(struct tq_labels_reader *r,
+    const char **label, size_t *len);
+void tq_labels_close(struct tq_labels_reader *r);
+
+/*
  * Sharding: shard i (0 <= i < n) of a corpus of `rows` rows is the
  * contiguous range of rows [floor(i*rows/n), floor((i+1)*rows/n)); the n
  * shards partition the rows in order, and a shard is empty only when
@@ -478,6 +495,18 @@ struct tq_build_params {
 	/* Append: an append that would leave more than this many segments
 	   compacts the index instead; 0 = TQ_MAX_SEGMENTS_DEFAULT.  */
 	uint32_t max_segments;
+	/*
+	 * Labels (tq(5) LABL), one per row, kept in the index: from
+	 * `labels` (a labels file, read whole before the rows, as given
+	 * ids are) or, with labels_auto, from the corpus reader's own
+	 * (tq_reader_label; TQ_ERR_ARG if it has none).  An append to an
+	 * index with labels needs one of them (TQ_ERR_ARG otherwise), and
+	 * an index without labels takes none.  Memory while the labels
+	 * section is written: about 32 bytes a row; the label bytes go
+	 * through unlinked temporary files beside the output.
+	 */
+	struct tq_labels_reader *labels;
+	int labels_auto;
 };
 #define TQ_MAX_SEGMENTS_DEFAULT 16u
 #define TQ_MAX_SEGMENTS_LIMIT 4096u
@@ -527,6 +556,36 @@ uint64_t tq_index_count(const struct tq_index *ix);
 /* Rows not deleted (>= 1): the vectors a search can return. */
 uint64_t tq_index_live(const struct tq_index *ix);
 enum tq_originals tq_index_originals(const struct tq_index *ix);
+
+/*
+ * Labels of an index (tq(5) LABL; tq_build_params.labels).  Lookups are
+ * binary searches over the mapped file: no label is read but those
+ * compared, and nothing is built per call.  Labels are bytes, compared
+ * as unsigned; `label` need not be NUL-terminated.
+ *
+ * tq_index_has_labels: 1 if every row has a label (0: none has).
+ *
+ * tq_index_label gives the label of the live row with external id `id`
+ * (not NUL-terminated: *len bytes, pointing into the mapping, valid while
+ * ix is open); *label = NULL when no live row has that id or the index
+ * has no labels.
+ *
+ * tq_index_like finds the live rows labelled `label`; when several rows
+ * share it, the one with the smallest id wins (so the answer does not
+ * change when the index is appended to, compacted or rebuilt with
+ * lists).  *found is 0 when no live row has it.  Otherwise *id is that
+ * row's id and vec (dim floats, may be NULL) its vector: the stored
+ * original (for the cosine metric, normalised as stored), or, in an index
+ * without originals, the vector decoded from its codes.
+ *
+ * Both fail with TQ_ERR_FORMAT if the section holds a row number out of
+ * range or a label with a NUL or newline byte.
+ */
+int tq_index_has_labels(const struct tq_index *ix);
+enum tq_status tq_index_label(const struct tq_index *ix, uint64_t id,
+    const char **label, size_t *len);
+enum tq_status tq_index_like(const struct tq_index *ix, const char *label,
+    size_t len, int *found, uint64_t *id, float *vec);
 
 /*
  * Mutating an index (format version 2, tq(5) "Commits").  Each of these
@@ -703,6 +762,8 @@ struct tq_file_info {
 	uint32_t segments;		/* index: segments (appends since the
 					   last build or compaction, + 1) */
 	uint64_t commit;		/* index, version 2: commit number */
+	uint64_t labels;		/* index: rows with a label (0 or
+					   count) */
 };
 
 /* Opens and validates a file (as tq_index_open) and describes it. */
