@@ -56,9 +56,11 @@ like_file(struct like *lk, const struct tq_index *ix, const char *ixpath,
 {
 	struct tq_labels_reader *r;
 	enum tq_status st;
-	size_t cap = 0, len;
+	size_t cap = 0, len, n = 0, ncap = 0, i;
 	const char *s;
+	char **all = NULL;
 
+	/* The whole file first: a bad line is named before any lookup. */
 	memset(lk, 0, sizeof(*lk));
 	if ((st = tq_labels_open(path, &r)) != TQ_OK)
 		die_status(st, in_name(path));
@@ -67,11 +69,25 @@ like_file(struct like *lk, const struct tq_index *ix, const char *ixpath,
 			die_status(st, in_name(path));
 		if (s == NULL)
 			break;
-		like_add(lk, ix, ixpath, s, len, &cap);
+		if (n == ncap) {
+			char **a;
+
+			ncap = ncap ? 2 * ncap : 64;
+			if ((a = realloc(all, ncap * sizeof(*a))) == NULL)
+				die("out of memory");
+			all = a;
+		}
+		if ((all[n++] = strdup(s)) == NULL)
+			die("out of memory");
 	}
 	tq_labels_close(r);
-	if (lk->n == 0)
+	if (n == 0)
 		die("%s: no labels", in_name(path));
+	for (i = 0; i < n; i++) {
+		like_add(lk, ix, ixpath, all[i], strlen(all[i]), &cap);
+		free(all[i]);
+	}
+	free(all);
 }
 
 size_t
