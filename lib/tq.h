@@ -257,6 +257,14 @@ enum tq_status tq_hdf5_attr_string(const char *path, const char *name,
  *   TQ_VEC_TSV      the same separated by tabs
  *   TQ_VEC_CSV      the same separated by commas, no header line
  *   TQ_VEC_BVECS    per row: i32 dim, dim u8; values must be whole, 0..255
+ *   TQ_VEC_W2V      word2vec binary: "n dim\n", then per row its label, a
+ *                   space, dim f32 little-endian and a newline
+ *   TQ_VEC_VEC      fastText .vec: "n dim\n", then TQ_VEC_TEXT rows
+ *
+ * TQ_VEC_W2V and TQ_VEC_VEC rows need labels (tq_writer_write_labeled;
+ * TQ_ERR_ARG otherwise), of at most TQ_LABEL_MAX bytes.  Their header's
+ * length depends on n: with n unknown the rows are spooled to a
+ * temporary file and the header written at commit, to a path too.
  *
  * A value the format cannot hold (a fraction for ivecs or bvecs) fails
  * the write with TQ_ERR_ARG and a detail naming its row and column.
@@ -271,7 +279,9 @@ enum tq_vecfmt {
 	TQ_VEC_TEXT = 4,
 	TQ_VEC_TSV = 5,
 	TQ_VEC_CSV = 6,
-	TQ_VEC_BVECS = 7
+	TQ_VEC_BVECS = 7,
+	TQ_VEC_W2V = 8,
+	TQ_VEC_VEC = 9
 };
 
 struct tq_writer;
@@ -283,10 +293,12 @@ enum tq_status tq_writer_write(struct tq_writer *w, const float *rows,
 enum tq_status tq_writer_write_i32(struct tq_writer *w, const int32_t *rows,
     size_t n);
 /*
- * For the text formats: rows with a leading label column, labels[i] that
+ * For the text formats, word2vec and .vec: rows with a leading label
+ * column, labels[i] that
  * of row i (copied; the caller keeps them).  A label must be non-empty
- * and hold no line break nor the format's separator (for TQ_VEC_TEXT no
- * blank at all; for TQ_VEC_CSV no quote either), else TQ_ERR_ARG.  Every
+ * and hold no line break nor the format's separator (for TQ_VEC_TEXT,
+ * TQ_VEC_VEC and TQ_VEC_W2V no blank at all; for TQ_VEC_CSV no quote
+ * either), else TQ_ERR_ARG.  Every
  * row of a writer has a label or none does: the first write decides.
  */
 enum tq_status tq_writer_write_labeled(struct tq_writer *w,

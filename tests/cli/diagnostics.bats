@@ -827,8 +827,8 @@ tqfile_cases() {
 	    'out.bvecs: row 0, column 0: value * is not a byte (0..255)' \
 	    tq-cat -o out.bvecs c.bin
 
-	expect 2 "format 'NAME' is not one of fixture, fvecs, ivecs, bvecs, npy, text, tsv, csv" \
-	    "format 'f32' is not one of fixture, fvecs, ivecs, bvecs, npy, text, tsv, csv" \
+	expect 2 "format 'NAME' is not one of fixture, fvecs, ivecs, bvecs, npy, text, tsv, csv, vec, w2v" \
+	    "format 'f32' is not one of fixture, fvecs, ivecs, bvecs, npy, text, tsv, csv, vec, w2v" \
 	    tq-cat -f f32 c.bin
 	expect 2 "rows 'ARG' is not a:b" "rows '10' is not a:b" \
 	    tq-cat --rows 10 c.bin
@@ -847,8 +847,8 @@ tqfile_cases() {
 	    tq-cat --sample 5 --seed 0x10 c.bin
 	expect 2 '--seed needs --sample' '--seed needs --sample' \
 	    tq-cat --seed 5 c.bin
-	expect 2 '--labels needs a text output format (text, tsv, csv)' \
-	    '--labels needs a text output format (text, tsv, csv)' \
+	expect 2 '--labels needs a text output format (text, tsv, csv, vec, w2v)' \
+	    '--labels needs a text output format (text, tsv, csv, vec, w2v)' \
 	    tq-cat --labels -o out.npy c.bin
 	out_cases tq-cat -o {} c.bin
 	all_seen tq-cat
