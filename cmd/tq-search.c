@@ -194,7 +194,7 @@ main(int argc, char *argv[])
 	struct tq_filter *allow = NULL;
 	struct tq_index *ix;
 	struct tq_reader *r = NULL;
-	struct like lk;
+	static struct like lk;	/* static: see the buffers below */
 	struct out o;
 	const char *in = "-", *outpath = "-", *dataset = "test", *ixpath;
 	const char *allowpath = NULL, *likepath = NULL;
