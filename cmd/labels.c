@@ -122,7 +122,7 @@ label_of(const struct tq_index *ix, const char *ixpath, uint64_t id,
 	if ((st = tq_index_label(ix, id, &s, len)) != TQ_OK)
 		die_status(st, ixpath);
 	if (s == NULL)
-		die("%s: no label for id %llu", ixpath,
+		die("%s: section LABL: no label for id %llu", ixpath,
 		    (unsigned long long)id);
 	return s;
 }
