@@ -250,3 +250,34 @@ EOF
 	assert_fail1 tq-search "q.tqi: unknown label 'nosuch'"
 	[ ! -e out.tsv ]
 }
+
+@test "a hostile LABL: orders out of range or unsorted fail the lookup, one line, no crash" {
+	local off
+	off=$("$TQ_BIN/tq-inspect" --json "$F/q.tqi" | "$PY" -c '
+import json, sys
+print([s for s in json.load(sys.stdin)["sections"] if s["tag"] == "LABL"][0]["offset"])')
+	# Width 4, 200 rows: offsets at 32, by label at 836, by id at 1636.
+	cp "$F/q.tqi" range.tqi
+	"$PY" - range.tqi "$off" <<'PY'
+import struct, sys
+f = open(sys.argv[1], "r+b"); at = int(sys.argv[2]) + 32 + 4 * 201
+f.seek(at); f.write(struct.pack("<200I", *([4000000000] * 200)))
+PY
+	run --separate-stderr "$TQ_BIN/tq-search" --like range.tqi w7
+	assert_fail1 tq-search "range.tqi: segment 0: section LABL: row 4000000000 out of range"
+	# Every entry of the by-id order names row 0: other ids are not found.
+	cp "$F/q.tqi" byid.tqi
+	"$PY" - byid.tqi "$off" <<'PY'
+import struct, sys
+f = open(sys.argv[1], "r+b"); at = int(sys.argv[2]) + 32 + 4 * 401
+f.seek(at); f.write(struct.pack("<200I", *([0] * 200)))
+PY
+	run --separate-stderr "$TQ_BIN/tq-search" -k 3 --labels -i "$F/c.bin" \
+	    -o out.tsv byid.tqi
+	assert_fail1 tq-search "byid.tqi: section LABL: no label for id"
+	[ ! -e out.tsv ]
+	# Both still open, and --verify sees the damage.
+	"$TQ_BIN/tq-inspect" byid.tqi >/dev/null
+	run --separate-stderr "$TQ_BIN/tq-inspect" --verify byid.tqi
+	assert_fail1 tq-inspect "section LABL: checksum"
+}
