@@ -12,7 +12,8 @@
  * segment's row), and the slots of each chunk written are copied, in
  * output order, to a second store.  At the end that store is sorted
  * twice (by label, by id) and written as the section: memory is the
- * offsets, the ids and the two orders, about 32 bytes a row.
+ * offsets of both stores, the ids, an order and the sort's buffer, about
+ * 40 bytes a row, and the stores' bytes are mapped.
  */
 #include <errno.h>
 #include <stdio.h>

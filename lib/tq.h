@@ -513,9 +513,10 @@ struct tq_build_params {
 	 * ids are) or, with labels_auto, from the corpus reader's own
 	 * (tq_reader_label; TQ_ERR_ARG if it has none).  An append to an
 	 * index with labels needs one of them (TQ_ERR_ARG otherwise), and
-	 * an index without labels takes none.  Memory while the labels
-	 * section is written: about 32 bytes a row; the label bytes go
-	 * through unlinked temporary files beside the output.
+	 * an index without labels takes none.  Memory: about 40 bytes a
+	 * row (offsets, ids, the sort), and the label bytes go through
+	 * unlinked temporary files beside the output, mapped to be
+	 * sorted.
 	 */
 	struct tq_labels_reader *labels;
 	int labels_auto;
