@@ -142,6 +142,10 @@ $(BUILD)/bin/tq-recall: $(PLOT_OBJ)
 $(BUILD)/cmd/plot.o $(BUILD)/cmd/tq-recall.o: cmd/plot.h
 $(BUILD)/cmd/peers.o $(BUILD)/cmd/tq-recall.o: cmd/peers.h
 
+# tq-search --labels and --like: the labels printed and looked up.
+$(BUILD)/bin/tq-search: $(BUILD)/cmd/labels.o
+$(BUILD)/cmd/labels.o $(BUILD)/cmd/tq-search.o: cmd/labels.h
+
 $(BUILD)/tests/%: tests/unit/%.c tests/unit/unit.h $(LIBA)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LD      $@")

@@ -9,10 +9,12 @@
 
 static const char usage_str[] =
     "tq-build [-q quantizer | [-b bits] [-m metric] [-s seed] [--no-centre]\n"
-    "                [--lists n|auto]] [--ids file] [--originals f32|f16|none]\n"
+    "                [--lists n|auto]] [--ids file] [--labels file|auto]\n"
+    "                [--originals f32|f16|none]\n"
     "                [--threads n] [--memory MiB] [--dups m] [--dup-ratio r]\n"
     "                [--dataset name] [--shard i/n] [-v] -o index corpus\n"
-    "       tq-build --append [--ids file [--replace]] [--threads n]\n"
+    "       tq-build --append [--ids file [--replace]] [--labels file|auto]\n"
+    "                [--threads n]\n"
     "                [--memory MiB] [--max-segments n] [--no-wait]\n"
     "                [--dataset name] [-v] [-o output] index corpus\n"
     "       tq-build --delete ids [--no-wait] [-v] [-o output] index\n"
@@ -32,6 +34,8 @@ static const char help_str[] =
     "      --dup-ratio r     copies to lists at most r times as far (default 1.2)\n"
     "      --dups m          IVF: store each vector in up to m lists (default 1)\n"
     "      --ids file        external ids, one per corpus row (text or .u64)\n"
+    "      --labels file|auto\n"
+    "                        keep a label per row: one a line, or the corpus's\n"
     "  -m metric             the metric when fitting: l2, ip or cosine (default l2)\n"
     "      --no-centre       when fitting, do not centre\n"
     "      --no-wait         fail at once if another writer holds the index\n"
@@ -47,7 +51,7 @@ static const char help_str[] =
     "  -v, --verbose         report progress and a summary on stderr\n";
 
 enum { OPT_APPEND = 256, OPT_COMPACT, OPT_DATASET, OPT_DELETE, OPT_DUP_RATIO,
-    OPT_DUPS, OPT_IDS, OPT_LISTS, OPT_MAX_SEGMENTS, OPT_MEMORY, OPT_NO_CENTRE,
+    OPT_DUPS, OPT_IDS, OPT_LABELS, OPT_LISTS, OPT_MAX_SEGMENTS, OPT_MEMORY, OPT_NO_CENTRE,
     OPT_NO_WAIT, OPT_ORIGINALS, OPT_REPLACE, OPT_SHARD, OPT_THREADS };
 
 static const struct option longopts[] = {
@@ -59,6 +63,7 @@ static const struct option longopts[] = {
 	{ "dups",	required_argument,	NULL, OPT_DUPS },
 	{ "help",	no_argument,		NULL, 'h' },
 	{ "ids",	required_argument,	NULL, OPT_IDS },
+	{ "labels",	required_argument,	NULL, OPT_LABELS },
 	{ "lists",	required_argument,	NULL, OPT_LISTS },
 	{ "max-segments", required_argument,	NULL, OPT_MAX_SEGMENTS },
 	{ "memory",	required_argument,	NULL, OPT_MEMORY },
@@ -112,6 +117,67 @@ count_ids(const char *path)
 }
 
 /*
+ * --labels: "auto" takes the corpus's own labels (it must have some);
+ * a file is counted first when it and the corpus can say their sizes,
+ * so that a wrong count names it before any work, then opened for the
+ * library, which reads it again (a pipe: once, checked at the end).
+ */
+static void
+open_labels(const char *path, struct tq_reader *r, const char *corpus,
+    struct tq_build_params *bp)
+{
+	struct tq_labels_reader *lr;
+	enum tq_status st;
+
+	if (path == NULL)
+		return;
+	if (strcmp(path, "auto") == 0) {
+		if (!tq_reader_has_labels(r))
+			die("%s: --labels auto: the input has no labels",
+			    in_name(corpus));
+		bp->labels_auto = 1;
+		return;
+	}
+	if (rereadable(path) && tq_reader_count(r) >= 0) {
+		const char *s;
+		size_t len;
+		uint64_t n = 0;
+
+		if ((st = tq_labels_open(path, &lr)) != TQ_OK)
+			die_status(st, path);
+		for (;;) {
+			if ((st = tq_labels_read(lr, &s, &len)) != TQ_OK)
+				die_status(st, path);
+			if (s == NULL)
+				break;
+			n++;
+		}
+		tq_labels_close(lr);
+		if (n != (uint64_t)tq_reader_count(r))
+			die("%s: %llu labels for %lld rows", path,
+			    (unsigned long long)n,
+			    (long long)tq_reader_count(r));
+	}
+	if ((st = tq_labels_open(path, &lr)) != TQ_OK)
+		die_status(st, in_name(path));
+	bp->labels = lr;
+}
+
+/* A failure of the labels file read by the library names the file. */
+static void
+labels_failed(enum tq_status st, const char *path)
+{
+	const char *d = tq_errdetail();
+
+	if (path == NULL || strcmp(path, "auto") == 0)
+		return;
+	if (strncmp(d, "the labels file: ", 17) == 0)
+		die("%s: %s", in_name(path), d + 17);
+	if (strncmp(d, "the labels file", 15) == 0)
+		die_status(st, in_name(path));
+}
+
+/*
  * tq_build() reads two files and writes one; its detail does not say which
  * file failed, so guess from the wording.
  */
@@ -161,8 +227,8 @@ report(const char *out, double t0, const char *what)
 /* --append, --delete, --compact: a new version of an existing index. */
 static int
 mutate(int mode, const char *delpath, const char *idspath,
-    const char *dataset, const struct tq_build_params *bp, const char *out,
-    int verbose, int argc, char **argv)
+    const char *labpath, const char *dataset, struct tq_build_params *bp,
+    const char *out, int verbose, int argc, char **argv)
 {
 	const char *ixpath = argv[0];
 	struct tq_index *ix;
@@ -224,8 +290,14 @@ mutate(int mode, const char *delpath, const char *idspath,
 			if ((st = tq_ids_open(idspath, &ids)) != TQ_OK)
 				die_status(st, idspath);
 		}
+		open_labels(labpath, r, corpus, bp);
 		if ((st = tq_index_append(ixpath, r, ids, bp, out)) != TQ_OK) {
 			const char *d = tq_errdetail();
+
+			labels_failed(st, labpath);
+			/* Labels the index has, or lacks, name the index. */
+			if (strncmp(d, "the index has", 13) == 0)
+				die_status(st, ixpath);
 
 			/* The index's own problems name the index. */
 			die_status(st, st == TQ_ERR_CHECKSUM ||
@@ -233,6 +305,7 @@ mutate(int mode, const char *delpath, const char *idspath,
 			    blame(st, corpus, idspath, out));
 		}
 		tq_ids_close(ids);
+		tq_labels_close(bp->labels);
 		tq_reader_close(r);
 	}
 	if (verbose)
@@ -278,6 +351,7 @@ main(int argc, char *argv[])
 	struct tq_reader *r;
 	struct tq_ids_reader *ids = NULL;
 	const char *qpath = NULL, *idspath = NULL, *out = NULL;
+	const char *labpath = NULL;
 	const char *delpath = NULL;
 	const char *dataset = "train", *corpus;
 	enum tq_status st;
@@ -342,6 +416,9 @@ main(int argc, char *argv[])
 		case OPT_IDS:
 			idspath = optarg;
 			break;
+		case OPT_LABELS:
+			labpath = optarg;
+			break;
 		case OPT_LISTS:
 			fp.lists = strcmp(optarg, "auto") == 0 ? TQ_LISTS_AUTO :
 			    parse_u32(optarg, 1, TQ_MAX_LISTS, "lists");
@@ -399,6 +476,9 @@ main(int argc, char *argv[])
 	if (nshards > 0 && mode != 0)
 		usage_error("--shard goes with a new build, not --append, "
 		    "--delete or --compact");
+	if (nshards > 0 && labpath != NULL && strcmp(labpath, "auto") != 0)
+		usage_error("--shard cannot take a labels file (use --labels "
+		    "auto with a labelled corpus)");
 	if (nshards > 0 && qpath == NULL)
 		usage_error("--shard needs -q: every shard must use the same "
 		    "quantizer");
@@ -411,8 +491,10 @@ main(int argc, char *argv[])
 			    mode == OPT_DELETE ? "delete" : "compact");
 		if (mode != OPT_APPEND && idspath != NULL)
 			usage_error("--ids goes with --append");
-		return mutate(mode, delpath, idspath, dataset, &bp, out,
-		    verbose, argc, argv);
+		if (mode != OPT_APPEND && labpath != NULL)
+			usage_error("--labels goes with a build or --append");
+		return mutate(mode, delpath, idspath, labpath, dataset, &bp,
+		    out, verbose, argc, argv);
 	}
 	if (qpath != NULL && fitopt)
 		usage_error("-q cannot be used with -b, -m, -s, --no-centre or "
@@ -458,9 +540,13 @@ main(int argc, char *argv[])
 	}
 	if (nshards > 0)
 		shard_select(corpus, r, idspath, &ids, shard, nshards);
-	if ((st = tq_build(q, r, ids, &bp, out)) != TQ_OK)
+	open_labels(labpath, r, corpus, &bp);
+	if ((st = tq_build(q, r, ids, &bp, out)) != TQ_OK) {
+		labels_failed(st, labpath);
 		die_status(st, blame(st, corpus, idspath, out));
+	}
 	tq_ids_close(ids);
+	tq_labels_close(bp.labels);
 	tq_reader_close(r);
 	tq_quantizer_free(q);
 	if (verbose) {

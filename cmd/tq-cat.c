@@ -24,11 +24,12 @@ static const char usage_str[] =
 /* --help: the usage, then a line for each option. */
 static const char options_str[] =
     "      --dataset name    HDF5 dataset of the inputs (default train)\n"
-    "  -f, --format fmt      fixture, fvecs, ivecs, bvecs, npy, text, tsv\n"
-    "                        or csv (default: from the -o suffix, else fixture)\n"
+    "  -f, --format fmt      fixture, fvecs, ivecs, bvecs, npy, text, tsv,\n"
+    "                        csv, vec or w2v (default: from the -o suffix,\n"
+    "                        else fixture)\n"
     "  -h, --help            print this help and exit\n"
     "      --labels          text formats: a label column, the input's labels\n"
-    "                        or else the row number\n"
+    "                        or else the row number (vec, w2v: always)\n"
     "      --normalize       scale each row to unit length\n"
     "  -o output             where to write (default -, standard output)\n"
     "      --rows a:b        rows a (included) to b (excluded); either empty\n"
@@ -64,6 +65,8 @@ static const struct {
 	{ "text",	".txt",		TQ_VEC_TEXT },
 	{ "tsv",	".tsv",		TQ_VEC_TSV },
 	{ "csv",	".csv",		TQ_VEC_CSV },
+	{ "vec",	".vec",		TQ_VEC_VEC },
+	{ "w2v",	NULL,		TQ_VEC_W2V },
 };
 #define NFORMATS (sizeof(formats) / sizeof(formats[0]))
 
@@ -140,7 +143,7 @@ parse_format(const char *s)
 		if (strcmp(s, formats[i].name) == 0)
 			return formats[i].fmt;
 	usage_error("format '%s' is not one of fixture, fvecs, ivecs, bvecs, "
-	    "npy, text, tsv, csv", s);
+	    "npy, text, tsv, csv, vec, w2v", s);
 }
 
 /* The format an output name implies; fixture for any other name. */
@@ -546,10 +549,13 @@ main(int argc, char *argv[])
 		    suffix_format(o.out);
 	if (seeded && o.sample == NONE)
 		usage_error("--seed needs --sample");
+	/* word2vec and .vec rows always have a word. */
+	if (o.fmt == TQ_VEC_VEC || o.fmt == TQ_VEC_W2V)
+		o.labels = 1;
 	if (o.labels && o.fmt != TQ_VEC_TEXT && o.fmt != TQ_VEC_TSV &&
-	    o.fmt != TQ_VEC_CSV)
+	    o.fmt != TQ_VEC_CSV && o.fmt != TQ_VEC_VEC && o.fmt != TQ_VEC_W2V)
 		usage_error("--labels needs a text output format (text, tsv, "
-		    "csv)");
+		    "csv, vec, w2v)");
 	if (argc == 0)
 		cat(&o, stdin_only, 1);
 	else

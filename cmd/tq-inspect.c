@@ -64,6 +64,8 @@ print_text(const struct tq_file_info *fi, int verified)
 		if (fi->dups > 1)
 			printf("copies %u lists within ratio %g\n",
 			    (unsigned)fi->dups, (double)fi->dup_ratio);
+		if (fi->labels > 0)
+			printf("labels %llu\n", (unsigned long long)fi->labels);
 		printf("originals %s\n", originals_name(fi->originals));
 		printf("bytes/vector %.1f\n", fi->bytes_per_vector);
 		printf("originals bytes/vector %.1f\n",
@@ -118,6 +120,8 @@ print_json(const char *path, const struct tq_file_info *fi, int verified)
 		    (unsigned)fi->segments, (unsigned long long)fi->commit);
 	if (fi->kind == TQ_FILE_INDEX && fi->live < fi->count)
 		printf(",\"live\":%llu", (unsigned long long)fi->live);
+	if (fi->kind == TQ_FILE_INDEX && fi->labels > 0)
+		printf(",\"labels\":%llu", (unsigned long long)fi->labels);
 	if (fi->kind == TQ_FILE_INDEX && fi->dups > 1)
 		printf(",\"copies\":%u,\"copy_ratio\":%g", (unsigned)fi->dups,
 		    (double)fi->dup_ratio);

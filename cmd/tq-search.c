@@ -6,11 +6,16 @@
 #include <string.h>
 
 #include "common.h"
+#include "labels.h"
 
 static const char usage_str[] =
-    "tq-search [-k k] [-i queries] [-o output] [--oversample f] [--threads n]\n"
-    "                 [--batch n] [--format tsv|json|ivecs] [--dataset name]\n"
-    "                 [--allow ids] [--radius r] [--probes n] index";
+    "tq-search [-k k] [-i queries | --like-file file] [-o output]\n"
+    "                 [--oversample f] [--threads n] [--batch n]\n"
+    "                 [--format tsv|json|ivecs] [--dataset name] [--allow ids]\n"
+    "                 [--radius r] [--probes n] [--labels] [--include-self] index\n"
+    "       tq-search --like [-k k] [-o output] [--oversample f] [--threads n]\n"
+    "                 [--format tsv|json|ivecs] [--allow ids] [--radius r]\n"
+    "                 [--probes n] [--include-self] index label ...";
 
 static const char help_str[] =
     "      --allow ids       return only vectors whose id is in this file\n"
@@ -18,7 +23,11 @@ static const char help_str[] =
     "      --format tsv|json|ivecs  the output format (default tsv)\n"
     "  -h, --help            print this help and exit\n"
     "  -i queries            the query vectors (default -: stdin)\n"
+    "      --include-self    --like: return the query's own row too\n"
     "  -k k                  results per query (default 10)\n"
+    "      --labels          print each result's label too\n"
+    "      --like            the queries are the rows of the labels given\n"
+    "      --like-file file  the same, the labels one a line in file\n"
     "  -o output             where to write the results (default -: stdout)\n"
     "      --oversample f    re-rank k*f candidates exactly (default 1: none)\n"
     "      --probes n        IVF: lists scanned per query (default lists/16)\n"
@@ -28,7 +37,8 @@ static const char help_str[] =
     "  -V, --version         print the version and exit\n";
 
 enum { OPT_ALLOW = 256, OPT_BATCH, OPT_DATASET, OPT_FORMAT, OPT_OVERSAMPLE,
-    OPT_PROBES, OPT_RADIUS, OPT_THREADS };
+    OPT_PROBES, OPT_RADIUS, OPT_THREADS, OPT_INCLUDE_SELF, OPT_LABELS,
+    OPT_LIKE, OPT_LIKE_FILE };
 
 static const struct option longopts[] = {
 	{ "allow",	required_argument,	NULL, OPT_ALLOW },
@@ -36,6 +46,10 @@ static const struct option longopts[] = {
 	{ "dataset",	required_argument,	NULL, OPT_DATASET },
 	{ "format",	required_argument,	NULL, OPT_FORMAT },
 	{ "help",	no_argument,		NULL, 'h' },
+	{ "include-self", no_argument,		NULL, OPT_INCLUDE_SELF },
+	{ "labels",	no_argument,		NULL, OPT_LABELS },
+	{ "like",	no_argument,		NULL, OPT_LIKE },
+	{ "like-file",	required_argument,	NULL, OPT_LIKE_FILE },
 	{ "oversample",	required_argument,	NULL, OPT_OVERSAMPLE },
 	{ "probes",	required_argument,	NULL, OPT_PROBES },
 	{ "radius",	required_argument,	NULL, OPT_RADIUS },
@@ -53,6 +67,36 @@ static const struct option longopts[] = {
  */
 #define BATCH 4096
 #define MAX_SLOTS (1u << 24)
+
+/* --labels, --like: the index whose labels are printed, else NULL. */
+static const struct tq_index *label_ix;
+static const char *label_path;
+
+/*
+ * --like without --include-self: the query's own row (self[i]) leaves
+ * its results, which were searched for one more than `k`; at most k stay.
+ */
+static void
+drop_self(uint64_t *ids, float *scores, const size_t *off, size_t *len,
+    size_t nq, const uint64_t *self, size_t k)
+{
+	for (size_t i = 0; i < nq; i++) {
+		uint64_t *id = ids + off[i];
+		float *sc = scores + off[i];
+
+		for (size_t j = 0; j < len[i]; j++)
+			if (id[j] == self[i]) {
+				memmove(id + j, id + j + 1,
+				    (len[i] - j - 1) * sizeof(*id));
+				memmove(sc + j, sc + j + 1,
+				    (len[i] - j - 1) * sizeof(*sc));
+				len[i]--;
+				break;
+			}
+		if (len[i] > k)
+			len[i] = k;
+	}
+}
 
 /*
  * Writes the results of nq queries: query i has n[i] results at ids +
@@ -74,9 +118,16 @@ write_results(struct out *o, enum result_format fmt, uint64_t q0, size_t nq,
 		switch (fmt) {
 		case FMT_TSV:
 			for (j = 0; j < k; j++)
-				out_printf(o, "%llu\t%zu\t%llu\t%.9g\n",
+			{
+				out_printf(o, "%llu\t%zu\t%llu\t%.9g",
 				    (unsigned long long)(q0 + i), j + 1,
 				    (unsigned long long)id[j], (double)sc[j]);
+				if (label_ix != NULL) {
+					out_write(o, "\t", 1);
+					label_tsv(o, label_ix, label_path, id[j]);
+				}
+				out_write(o, "\n", 1);
+			}
 			break;
 		case FMT_JSON:
 			out_printf(o, "{\"query\":%llu,\"ids\":[",
@@ -88,6 +139,15 @@ write_results(struct out *o, enum result_format fmt, uint64_t q0, size_t nq,
 			for (j = 0; j < k; j++)
 				out_printf(o, "%s%.9g", j ? "," : "",
 				    (double)sc[j]);
+			if (label_ix != NULL) {
+				out_printf(o, "],\"labels\":[");
+				for (j = 0; j < k; j++) {
+					if (j > 0)
+						out_write(o, ",", 1);
+					label_json(o, label_ix, label_path,
+					    id[j]);
+				}
+			}
 			out_printf(o, "]}\n");
 			break;
 		case FMT_IVECS:
@@ -133,10 +193,11 @@ main(int argc, char *argv[])
 	struct tq_search_params sp;
 	struct tq_filter *allow = NULL;
 	struct tq_index *ix;
-	struct tq_reader *r;
+	struct tq_reader *r = NULL;
+	static struct like lk;	/* static: see the buffers below */
 	struct out o;
 	const char *in = "-", *outpath = "-", *dataset = "test", *ixpath;
-	const char *allowpath = NULL;
+	const char *allowpath = NULL, *likepath = NULL;
 	enum result_format fmt = FMT_TSV;
 	enum tq_status st;
 	uint64_t nq = 0, avail;
@@ -151,7 +212,9 @@ main(int argc, char *argv[])
 	static size_t *off, *cnt, *len;
 	static float *queries, *scores;
 	static uint8_t *buf;
-	int ch, kset = 0, range = 0;
+	int ch, kset = 0, range = 0, iset = 0, labels = 0, like = 0;
+	int self = 0;
+	uint32_t k;
 
 	cmd_init(argv, usage_str, help_str);
 	tq_search_params_default(&sp);
@@ -163,6 +226,7 @@ main(int argc, char *argv[])
 			usage_help();
 		case 'i':
 			in = optarg;
+			iset = 1;
 			break;
 		case 'k':
 			sp.k = parse_u32(optarg, 1, 1000000, "k");
@@ -184,6 +248,18 @@ main(int argc, char *argv[])
 			break;
 		case OPT_FORMAT:
 			fmt = parse_result_format(optarg);
+			break;
+		case OPT_INCLUDE_SELF:
+			self = 1;
+			break;
+		case OPT_LABELS:
+			labels = 1;
+			break;
+		case OPT_LIKE:
+			like = 1;
+			break;
+		case OPT_LIKE_FILE:
+			likepath = optarg;
 			break;
 		case OPT_OVERSAMPLE:
 			sp.oversample = parse_float(optarg, 1, 1000,
@@ -208,7 +284,16 @@ main(int argc, char *argv[])
 	check_output(outpath);
 	if (argc < 1)
 		usage_error("missing index");
-	if (argc > 1)
+	if (like && likepath != NULL)
+		usage_error("--like and --like-file: one or the other");
+	if ((like || likepath != NULL) && iset)
+		usage_error("--like and --like-file take the queries from the "
+		    "index: no -i");
+	if (self && !like && likepath == NULL)
+		usage_error("--include-self goes with --like or --like-file");
+	if (like && argc < 2)
+		usage_error("--like needs at least one label after the index");
+	if (!like && argc > 1)
 		usage_error("unexpected argument '%s'", argv[1]);
 	ixpath = argv[0];
 
@@ -225,6 +310,23 @@ main(int argc, char *argv[])
 	if (sp.probes != 0 && tq_quantizer_lists(tq_index_quantizer(ix)) == 0)
 		die("%s: --probes needs an index with lists (IVF); this one is "
 		    "flat", ixpath);
+	if ((labels || like || likepath != NULL) && !tq_index_has_labels(ix))
+		die("%s: %s needs an index with labels (tq-build --labels)",
+		    ixpath, labels ? "--labels" : like ? "--like" :
+		    "--like-file");
+	if (labels || like || likepath != NULL) {
+		label_ix = ix;
+		label_path = ixpath;
+	}
+	memset(&lk, 0, sizeof(lk));
+	if (like)
+		like_args(&lk, ix, ixpath, argv + 1, argc - 1);
+	else if (likepath != NULL)
+		like_file(&lk, ix, ixpath, likepath);
+	/* The query's own row is dropped from one result more. */
+	k = sp.k;
+	if ((like || likepath != NULL) && !self)
+		sp.k++;
 	if (allowpath != NULL) {
 		uint64_t *aids;
 		size_t na;
@@ -236,11 +338,13 @@ main(int argc, char *argv[])
 			die_status(st, ixpath);
 		sp.allow = allow;
 	}
-	if ((st = tq_reader_open(in, dataset, &r)) != TQ_OK)
-		die_status(st, in_name(in));
-	if (tq_reader_dim(r) != dim)
-		die("%s: dimension %u does not match the index (%u)",
-		    in_name(in), tq_reader_dim(r), dim);
+	if (!like && likepath == NULL) {
+		if ((st = tq_reader_open(in, dataset, &r)) != TQ_OK)
+			die_status(st, in_name(in));
+		if (tq_reader_dim(r) != dim)
+			die("%s: dimension %u does not match the index (%u)",
+			    in_name(in), tq_reader_dim(r), dim);
+	}
 
 	if (range) {
 		if (batch > 256)
@@ -262,7 +366,10 @@ main(int argc, char *argv[])
 	buf = xmallocarray(bufcap, 1);
 	out_open(&o, outpath);
 	for (;;) {
-		if ((st = tq_reader_read(r, queries, batch, &got)) != TQ_OK)
+		if (r == NULL)
+			got = like_next(&lk, dim, queries, batch);
+		else if ((st = tq_reader_read(r, queries, batch, &got)) !=
+		    TQ_OK)
 			die_status(st, in_name(in));
 		if (got == 0)
 			break;
@@ -274,6 +381,11 @@ main(int argc, char *argv[])
 				die_status(st, ixpath);
 			for (i = 0; i < got; i++)
 				cnt[i] = len[i] = res.off[i + 1] - res.off[i];
+			if (r == NULL && !self) {
+				drop_self(res.ids, res.scores, res.off, len,
+				    got, lk.id + nq, kset ? k : SIZE_MAX);
+				memcpy(cnt, len, got * sizeof(*cnt));
+			}
 			write_results(&o, fmt, nq, got, res.off, cnt, len,
 			    res.ids, res.scores, &buf, &bufcap);
 			tq_range_free(&res);
@@ -290,6 +402,12 @@ main(int argc, char *argv[])
 				    isnan(scores[off[i] + len[i] - 1]))
 					len[i]--;
 			}
+			if (r == NULL && !self) {
+				drop_self(ids, scores, off, len, got,
+				    lk.id + nq, k);
+				for (i = 0; i < got; i++)
+					cnt[i] = k;
+			}
 			write_results(&o, fmt, nq, got, off, cnt, len, ids,
 			    scores, &buf, &bufcap);
 		}
@@ -299,6 +417,7 @@ main(int argc, char *argv[])
 	progress_done();
 	out_commit(&o);
 	tq_reader_close(r);
+	like_free(&lk);
 	tq_filter_free(allow);
 	tq_index_close(ix);
 	free(queries);

@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "labels.h"
 
 void
 tq_build_params_default(struct tq_build_params *p)
@@ -56,6 +57,7 @@ struct source {
 	uint64_t n;
 	uint64_t next;		/* next row to read from the spool */
 	uint32_t dim;
+	struct tq_labbuild *lab;	/* takes the reader's labels, or NULL */
 };
 
 /*
@@ -103,8 +105,10 @@ source_read(struct source *src, float *buf, size_t max, size_t *got)
 {
 	size_t want, rowbytes = (size_t)src->dim * sizeof(float);
 
-	if (src->fd < 0)
-		return tq_reader_read(src->r, buf, max, got);
+	if (src->fd < 0) {
+		TQ_TRY(tq_reader_read(src->r, buf, max, got));
+		return tq_lab_input(src->lab, src->r, *got);
+	}
 	want = src->n - src->next < max ? (size_t)(src->n - src->next) : max;
 	TQ_TRY(read_all(src->fd, "spool", (uint8_t *)buf, want * rowbytes,
 	    src->next * rowbytes));
@@ -131,6 +135,7 @@ source_spool(struct source *src, const char *path, float *buf, size_t chunk)
 		TQ_TRY(tq_reader_read(src->r, buf, chunk, &got));
 		if (got == 0)
 			break;
+		TQ_TRY(tq_lab_input(src->lab, src->r, got));
 		TQ_TRY(write_all(src->fd, "spool", (const uint8_t *)buf,
 		    got * rowbytes, off));
 		off += (uint64_t)got * rowbytes;
@@ -228,6 +233,7 @@ struct build {
 	uint64_t next_id;	/* one more than the largest id written */
 	uint64_t first_id;	/* without given ids: the first new row's */
 	uint64_t rows_done;	/* rows taken from allids so far */
+	struct tq_labbuild *lbl;	/* labels (labels.c), or NULL */
 };
 
 static void
@@ -254,6 +260,7 @@ build_free(struct build *b)
 	free(b->count);
 	free(b->ocount);
 	free(b->allids);
+	tq_lab_free(b->lbl);
 	if (b->sfd >= 0)
 		close(b->sfd);
 }
@@ -459,6 +466,7 @@ ids_out(struct build *b, size_t rows, size_t at, uint64_t first)
 			id = b->first_id + first + i;
 		}
 		b->rows_done++;
+		tq_lab_new(b->lbl, at + i, first + i);
 		wr_le64(b->idbuf + 8 * (at + i), id);
 		see_id(b, id);
 	}
@@ -535,6 +543,7 @@ static enum tq_status
 chunk_out(struct build *b, size_t rows)
 {
 	TQ_TRY(put_blocks(b, rows));
+	TQ_TRY(tq_lab_chunk(b->lbl, rows, b->idbuf));
 	TQ_TRY(tq_fw_put(b->fw, b->s_ids, b->idbuf, rows * 8));
 	if (b->p->originals != TQ_ORIG_NONE)
 		TQ_TRY(tq_fw_put(b->fw, b->s_orig, b->obuf, rows *
@@ -583,7 +592,7 @@ spill_open(struct build *b, const char *path)
 	char *tmp;
 
 	b->rec = 4 + tq_code_bytes(b->q) + TQ_NFACTORS * sizeof(float) + 8 +
-	    orig_bytes(b);
+	    orig_bytes(b) + (b->lbl != NULL ? 8 : 0);
 	if (b->rec > b->scap)
 		return tq_fail(TQ_ERR_OVERFLOW, "rows too large to spill");
 	b->nbucket = nl < SPILL_BUCKETS ? nl : SPILL_BUCKETS;
@@ -663,6 +672,8 @@ spill_rows(struct build *b, size_t rows)
 		if (ob > 0)
 			memcpy(r + 4 + cb + TQ_NFACTORS * sizeof(float) + 8,
 			    b->obuf + i * ob, ob);
+		if (b->lbl != NULL)	/* the new row's label: its number */
+			wr_le64(r + b->rec - 8, tq_lab_new_of(b->lbl, i));
 		b->slen[k] += b->rec;
 		b->count[b->lab[e]]++;
 		b->srows++;
@@ -695,6 +706,8 @@ record_to_chunk(struct build *b, const uint8_t *r, size_t at)
 	if (ob > 0)
 		memcpy(b->obuf + at * ob, r + 4 + cb + TQ_NFACTORS *
 		    sizeof(float) + 8, ob);
+	if (b->lbl != NULL)
+		tq_lab_new(b->lbl, at, rd_le64(r + b->rec - 8));
 }
 
 /* Zeros the chunk's blocks: the codes and factors of absent rows. */
@@ -746,6 +759,7 @@ old_row_to_chunk(struct build *b, const struct tq_part *p, uint64_t r,
 	memcpy(b->idbuf + 8 * at, p->ids + 8 * r, 8);
 	if (ob > 0)
 		memcpy(b->obuf + at * ob, p->orig + r * ob, ob);
+	tq_lab_old(b->lbl, p, r, 1, at);
 	see_id(b, rd_le64(p->ids + 8 * r));
 }
 
@@ -788,6 +802,7 @@ old_rows_to_chunk(struct build *b, const struct tq_part *p, uint64_t r,
 	memcpy(b->idbuf + 8 * at, p->ids + 8 * r, 8 * len);
 	if (ob > 0)
 		memcpy(b->obuf + at * ob, p->orig + r * ob, len * ob);
+	tq_lab_old(b->lbl, p, r, len, at);
 	for (size_t i = 0; i < len; i++)
 		see_id(b, rd_le64(p->ids + 8 * (r + i)));
 }
@@ -1006,6 +1021,8 @@ done:
 static enum tq_status
 build_end(struct build *b, struct source *src, enum tq_status rc)
 {
+	if (rc == TQ_OK && !b->in_place && b->lbl != NULL)
+		rc = tq_lab_write(b->lbl, b->fw, b->part);
 	if (rc == TQ_OK && !b->in_place)
 		rc = ipar_write(b->fw, b->seg_rows, b->seg_blocks,
 		    b->block_bytes, b->p->originals, b->ivf && b->dups > 1 ?
@@ -1033,7 +1050,7 @@ ids_count_check(const struct build *b, uint64_t n)
 	if (b->allids != NULL && b->nallids > n)
 		return tq_fail(TQ_ERR_MISMATCH, "the ids file has more ids "
 		    "than the corpus has rows (%llu)", (unsigned long long)n);
-	return TQ_OK;
+	return tq_lab_count_check(b->lbl, n);
 }
 
 static int
@@ -1213,7 +1230,7 @@ tq_build(const struct tq_quantizer *q, struct tq_reader *corpus,
 {
 	struct tq_build_params def;
 	struct build b;
-	struct source src = { corpus, -1, 0, 0, 0 };
+	struct source src = { corpus, -1, 0, 0, 0, NULL };
 	uint64_t *sorted = NULL;
 	int lfd = -1;
 	enum tq_status rc;
@@ -1242,8 +1259,12 @@ tq_build(const struct tq_quantizer *q, struct tq_reader *corpus,
 	b.ids = ids;
 	if ((rc = build_alloc(&b)) == TQ_OK &&
 	    (rc = lock_target(path, p, &lfd)) == TQ_OK &&
-	    (rc = ids_load(&b, &sorted)) == TQ_OK)
+	    (rc = ids_load(&b, &sorted)) == TQ_OK &&
+	    (rc = tq_lab_begin(p, corpus, NULL, path, b.chunk, &b.lbl)) ==
+	    TQ_OK) {
+		src.lab = b.lbl;
 		rc = build_run(&b, &src, path);
+	}
 	free(sorted);
 	rc = build_end(&b, &src, rc);
 	tq_lock_close(lfd);
@@ -1402,7 +1423,7 @@ index_bind(struct tq_index *ix)
 	if (ix->live == 0)
 		return tq_fail(TQ_ERR_FORMAT, "section TOMB: every "
 		    "vector is deleted");
-	return TQ_OK;
+	return tq_labels_bind(ix);
 }
 
 /*
@@ -1486,6 +1507,7 @@ tq_index_close(struct tq_index *ix)
 	tq_quantizer_free(ix->q);
 	tq_file_unmap(&ix->file);
 	free(ix->parts);
+	free(ix->lab);
 	free(ix);
 }
 
@@ -1569,6 +1591,7 @@ tq_file_info(const char *path, struct tq_file_info *out)
 	out->originals = ix->originals;
 	out->segments = ix->nparts;
 	out->commit = ix->file.seq;
+	out->labels = tq_index_has_labels(ix) ? ix->n : 0;
 	out->bytes_per_vector = ((double)ix->nblocks *
 	    ((double)ix->block_bytes + TQ_BLOCK * TQ_NFACTORS * 4.0)) /
 	    (double)ix->n + 8.0;
@@ -1806,7 +1829,8 @@ mut_keep(struct mut *m, struct tq_filewriter *fw, int copy)
 		    si.tag[3]);
 		int seg = tag == TQ_TAG_CODE || tag == TQ_TAG_FACT ||
 		    tag == TQ_TAG_IDS || tag == TQ_TAG_ORIG ||
-		    tag == TQ_TAG_LIST || tag == TQ_TAG_TOMB;
+		    tag == TQ_TAG_LIST || tag == TQ_TAG_TOMB ||
+		    tag == TQ_TAG_LABL;
 
 		if (f->version < 2 && seg)
 			si.part = 1;
@@ -2054,6 +2078,8 @@ append_onto(struct build *b, struct mut *m, struct source *src,
 	b->first_id = index_next_id(ix);
 	b->next_id = b->first_id;
 	rc = build_run(b, src, path);
+	if (rc == TQ_OK && b->lbl != NULL)
+		rc = tq_lab_write(b->lbl, b->fw, b->part);
 	if (rc == TQ_OK)
 		rc = mut_keep(m, b->fw, 0);
 	if (rc == TQ_OK)
@@ -2075,7 +2101,7 @@ tq_index_append(const char *path, struct tq_reader *corpus,
 	struct tq_build_params bp;
 	struct tq_index *ix;
 	struct build b;
-	struct source src = { corpus, -1, 0, 0, 0 };
+	struct source src = { corpus, -1, 0, 0, 0, NULL };
 	struct mut m;
 	uint64_t *sorted = NULL;
 	uint32_t maxseg;
@@ -2109,8 +2135,11 @@ tq_index_append(const char *path, struct tq_reader *corpus,
 	b.p = &bp;
 	b.ids = corpus != NULL ? ids : NULL;
 	if ((rc = build_alloc(&b)) != TQ_OK ||
-	    (rc = ids_load(&b, &sorted)) != TQ_OK)
+	    (rc = ids_load(&b, &sorted)) != TQ_OK ||
+	    (rc = tq_lab_begin(&bp, corpus, ix, out, b.chunk, &b.lbl)) !=
+	    TQ_OK)
 		goto done;
+	src.lab = b.lbl;
 	/* Ids already live: an error, or with replace deleted now. */
 	if (sorted != NULL && (rc = mut_kill_ids(&m, sorted, b.nallids,
 	    bp.replace ? NULL : b.allids, b.nallids, NULL)) != TQ_OK)

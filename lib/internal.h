@@ -566,6 +566,8 @@ struct tq_index {
 	uint64_t next_id;		/* one more than the largest id stored */
 	uint32_t nparts;		/* segments, >= 1 */
 	struct tq_part *parts;		/* malloc'd */
+	struct tq_labview *lab;		/* labels per segment (labels.c),
+					   malloc'd, or NULL */
 };
 
 /* The segment that holds row r of the row space (r < 32 nblocks). */

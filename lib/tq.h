@@ -182,6 +182,23 @@ enum tq_status tq_ids_read(struct tq_ids_reader *r, uint64_t *ids,
 void tq_ids_close(struct tq_ids_reader *r);
 
 /*
+ * Labels: a text file of one label per line (LF or CRLF ends; the last
+ * line may lack its newline), zstd-compressed or not, from a file, a pipe
+ * or standard input ("-").  A label is 1 to TQ_LABEL_MAX bytes with no
+ * NUL; a line that breaks this fails the read naming it (TQ_ERR_FORMAT,
+ * "line 7: empty label").  tq_labels_read gives the next label in
+ * *label (NUL-terminated, valid until the next call) and its length in
+ * *len, or *label = NULL at the end.
+ */
+#define TQ_LABEL_MAX 4096u
+struct tq_labels_reader;
+enum tq_status tq_labels_open(const char *path,
+    struct tq_labels_reader **out);
+enum tq_status tq_labels_read(struct tq_labels_reader *r,
+    const char **label, size_t *len);
+void tq_labels_close(struct tq_labels_reader *r);
+
+/*
  * Sharding: shard i (0 <= i < n) of a corpus of `rows` rows is the
  * contiguous range of rows [floor(i*rows/n), floor((i+1)*rows/n)); the n
  * shards partition the rows in order, and a shard is empty only when
@@ -240,6 +257,14 @@ enum tq_status tq_hdf5_attr_string(const char *path, const char *name,
  *   TQ_VEC_TSV      the same separated by tabs
  *   TQ_VEC_CSV      the same separated by commas, no header line
  *   TQ_VEC_BVECS    per row: i32 dim, dim u8; values must be whole, 0..255
+ *   TQ_VEC_W2V      word2vec binary: "n dim\n", then per row its label, a
+ *                   space, dim f32 little-endian and a newline
+ *   TQ_VEC_VEC      fastText .vec: "n dim\n", then TQ_VEC_TEXT rows
+ *
+ * TQ_VEC_W2V and TQ_VEC_VEC rows need labels (tq_writer_write_labeled;
+ * TQ_ERR_ARG otherwise), of at most TQ_LABEL_MAX bytes.  Their header's
+ * length depends on n: with n unknown the rows are spooled to a
+ * temporary file and the header written at commit, to a path too.
  *
  * A value the format cannot hold (a fraction for ivecs or bvecs) fails
  * the write with TQ_ERR_ARG and a detail naming its row and column.
@@ -254,7 +279,9 @@ enum tq_vecfmt {
 	TQ_VEC_TEXT = 4,
 	TQ_VEC_TSV = 5,
 	TQ_VEC_CSV = 6,
-	TQ_VEC_BVECS = 7
+	TQ_VEC_BVECS = 7,
+	TQ_VEC_W2V = 8,
+	TQ_VEC_VEC = 9
 };
 
 struct tq_writer;
@@ -266,10 +293,12 @@ enum tq_status tq_writer_write(struct tq_writer *w, const float *rows,
 enum tq_status tq_writer_write_i32(struct tq_writer *w, const int32_t *rows,
     size_t n);
 /*
- * For the text formats: rows with a leading label column, labels[i] that
+ * For the text formats, word2vec and .vec: rows with a leading label
+ * column, labels[i] that
  * of row i (copied; the caller keeps them).  A label must be non-empty
- * and hold no line break nor the format's separator (for TQ_VEC_TEXT no
- * blank at all; for TQ_VEC_CSV no quote either), else TQ_ERR_ARG.  Every
+ * and hold no line break nor the format's separator (for TQ_VEC_TEXT,
+ * TQ_VEC_VEC and TQ_VEC_W2V no blank at all; for TQ_VEC_CSV no quote
+ * either), else TQ_ERR_ARG.  Every
  * row of a writer has a label or none does: the first write decides.
  */
 enum tq_status tq_writer_write_labeled(struct tq_writer *w,
@@ -478,6 +507,19 @@ struct tq_build_params {
 	/* Append: an append that would leave more than this many segments
 	   compacts the index instead; 0 = TQ_MAX_SEGMENTS_DEFAULT.  */
 	uint32_t max_segments;
+	/*
+	 * Labels (tq(5) LABL), one per row, kept in the index: from
+	 * `labels` (a labels file, read whole before the rows, as given
+	 * ids are) or, with labels_auto, from the corpus reader's own
+	 * (tq_reader_label; TQ_ERR_ARG if it has none).  An append to an
+	 * index with labels needs one of them (TQ_ERR_ARG otherwise), and
+	 * an index without labels takes none.  Memory: about 40 bytes a
+	 * row (offsets, ids, the sort), and the label bytes go through
+	 * unlinked temporary files beside the output, mapped to be
+	 * sorted.
+	 */
+	struct tq_labels_reader *labels;
+	int labels_auto;
 };
 #define TQ_MAX_SEGMENTS_DEFAULT 16u
 #define TQ_MAX_SEGMENTS_LIMIT 4096u
@@ -527,6 +569,36 @@ uint64_t tq_index_count(const struct tq_index *ix);
 /* Rows not deleted (>= 1): the vectors a search can return. */
 uint64_t tq_index_live(const struct tq_index *ix);
 enum tq_originals tq_index_originals(const struct tq_index *ix);
+
+/*
+ * Labels of an index (tq(5) LABL; tq_build_params.labels).  Lookups are
+ * binary searches over the mapped file: no label is read but those
+ * compared, and nothing is built per call.  Labels are bytes, compared
+ * as unsigned; `label` need not be NUL-terminated.
+ *
+ * tq_index_has_labels: 1 if every row has a label (0: none has).
+ *
+ * tq_index_label gives the label of the live row with external id `id`
+ * (not NUL-terminated: *len bytes, pointing into the mapping, valid while
+ * ix is open); *label = NULL when no live row has that id or the index
+ * has no labels.
+ *
+ * tq_index_like finds the live rows labelled `label`; when several rows
+ * share it, the one with the smallest id wins (so the answer does not
+ * change when the index is appended to, compacted or rebuilt with
+ * lists).  *found is 0 when no live row has it.  Otherwise *id is that
+ * row's id and vec (dim floats, may be NULL) its vector: the stored
+ * original (for the cosine metric, normalised as stored), or, in an index
+ * without originals, the vector decoded from its codes.
+ *
+ * Both fail with TQ_ERR_FORMAT if the section holds a row number out of
+ * range or a label with a NUL or newline byte.
+ */
+int tq_index_has_labels(const struct tq_index *ix);
+enum tq_status tq_index_label(const struct tq_index *ix, uint64_t id,
+    const char **label, size_t *len);
+enum tq_status tq_index_like(const struct tq_index *ix, const char *label,
+    size_t len, int *found, uint64_t *id, float *vec);
 
 /*
  * Mutating an index (format version 2, tq(5) "Commits").  Each of these
@@ -703,6 +775,8 @@ struct tq_file_info {
 	uint32_t segments;		/* index: segments (appends since the
 					   last build or compaction, + 1) */
 	uint64_t commit;		/* index, version 2: commit number */
+	uint64_t labels;		/* index: rows with a label (0 or
+					   count) */
 };
 
 /* Opens and validates a file (as tq_index_open) and describes it. */

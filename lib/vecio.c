@@ -251,7 +251,8 @@ tq_writer_open(const char *path, enum tq_vecfmt fmt, uint32_t dim,
 		/* reported below */
 	} else if (strcmp(path, "-") == 0 || w->own_outfd) {
 		w->to_stdout = 1;
-		if (tq_wfmt_counted(fmt) && n == TQ_COUNT_UNKNOWN) {
+		if ((tq_wfmt_counted(fmt) || tq_wfmt_headed(fmt)) &&
+		    n == TQ_COUNT_UNKNOWN) {
 			w->spool = 1;
 			st = open_spool(&w->fd);
 		} else {
@@ -260,6 +261,18 @@ tq_writer_open(const char *path, enum tq_vecfmt fmt, uint32_t dim,
 		}
 	} else {
 		st = open_temp(w, path);
+		/*
+		 * A header whose length depends on the count goes before the
+		 * rows at commit: they are spooled, the temporary file waits.
+		 */
+		if (st == TQ_OK && tq_wfmt_headed(fmt) &&
+		    n == TQ_COUNT_UNKNOWN) {
+			w->outfd = w->fd;
+			w->own_outfd = 1;
+			w->fd = -1;
+			w->spool = 1;
+			st = open_spool(&w->fd);
+		}
 	}
 	/* A header of unknown count gets its count at commit. */
 	if (st == TQ_OK && !w->spool) {
@@ -286,8 +299,10 @@ w_check(struct tq_writer *w, size_t n, int ints, int labels)
 		return tq_fail(w->failed, "an earlier write failed");
 	if (ints && w->fmt != TQ_VEC_IVECS)
 		return tq_fail(TQ_ERR_ARG, "integer rows need an ivecs writer");
-	if (labels && !tq_wfmt_is_text(w->fmt))
+	if (labels && !tq_wfmt_labels(w->fmt))
 		return tq_fail(TQ_ERR_ARG, "labels need a text writer");
+	if (!labels && tq_wfmt_needs_labels(w->fmt))
+		return tq_fail(TQ_ERR_ARG, "word2vec and .vec rows need labels");
 	if (w->labeled >= 0 && w->labeled != labels)
 		return tq_fail(TQ_ERR_ARG, labels ? "labelled rows after rows "
 		    "without labels" : "rows without labels after labelled rows");
@@ -438,6 +453,16 @@ w_commit(struct tq_writer *w)
 		    "declared", (ull)w->written, (ull)w->declared);
 	if (w->to_stdout)
 		return w->spool ? w_unspool(w) : TQ_OK;
+	if (w->spool) {
+		/* Header and spooled rows into the temporary file. */
+		TQ_TRY(w_unspool(w));
+		fd = w->fd;
+		w->fd = w->outfd;
+		w->own_outfd = 0;
+		w->spool = 0;
+		if (close(fd) != 0)
+			return tq_fail(TQ_ERR_IO, "close: %s", strerror(errno));
+	}
 	if (tq_wfmt_counted(w->fmt) && w->declared == TQ_COUNT_UNKNOWN) {
 		hlen = tq_wfmt_header(w->fmt, w->dim, w->written, hdr);
 		ssize_t k = pwrite(w->fd, hdr, hlen, 0);

@@ -43,6 +43,8 @@ tq_wfmt_known(enum tq_vecfmt fmt)
 	case TQ_VEC_TSV:
 	case TQ_VEC_CSV:
 	case TQ_VEC_BVECS:
+	case TQ_VEC_W2V:
+	case TQ_VEC_VEC:
 		return 1;
 	}
 	return 0;
@@ -57,7 +59,26 @@ tq_wfmt_counted(enum tq_vecfmt fmt)
 int
 tq_wfmt_is_text(enum tq_vecfmt fmt)
 {
-	return fmt == TQ_VEC_TEXT || fmt == TQ_VEC_TSV || fmt == TQ_VEC_CSV;
+	return fmt == TQ_VEC_TEXT || fmt == TQ_VEC_TSV || fmt == TQ_VEC_CSV ||
+	    fmt == TQ_VEC_VEC;
+}
+
+int
+tq_wfmt_labels(enum tq_vecfmt fmt)
+{
+	return tq_wfmt_is_text(fmt) || fmt == TQ_VEC_W2V;
+}
+
+int
+tq_wfmt_needs_labels(enum tq_vecfmt fmt)
+{
+	return fmt == TQ_VEC_W2V || fmt == TQ_VEC_VEC;
+}
+
+int
+tq_wfmt_headed(enum tq_vecfmt fmt)
+{
+	return fmt == TQ_VEC_W2V || fmt == TQ_VEC_VEC;
 }
 
 uint64_t
@@ -88,6 +109,11 @@ tq_wfmt_header(enum tq_vecfmt fmt, uint32_t dim, uint64_t n, uint8_t *hdr)
 		    NPY_HEADER - NPY_PREFIX - (size_t)len);
 		hdr[NPY_HEADER - 1] = '\n';
 		return NPY_HEADER;
+	case TQ_VEC_W2V:
+	case TQ_VEC_VEC:
+		/* At most 20 + 1 + 5 + 1 bytes. */
+		return (size_t)snprintf((char *)hdr, TQ_WFMT_HEADER_MAX,
+		    "%llu %lu\n", (ull)n, (unsigned long)dim);
 	default:
 		return 0;
 	}
@@ -122,6 +148,9 @@ check_label(enum tq_vecfmt fmt, const char *s, uint64_t row)
 	if (s == NULL || *s == '\0')
 		return tq_fail(TQ_ERR_ARG, "row %llu: the label is empty",
 		    (ull)row);
+	if (tq_wfmt_needs_labels(fmt) && strlen(s) > TQ_LABEL_MAX)
+		return tq_fail(TQ_ERR_ARG, "row %llu: the label is longer "
+		    "than %u bytes", (ull)row, TQ_LABEL_MAX);
 	if (strpbrk(s, bad) != NULL)
 		return tq_fail(TQ_ERR_ARG, "row %llu: the label contains %s",
 		    (ull)row, what);
@@ -134,8 +163,10 @@ check_rows(enum tq_vecfmt fmt, uint32_t dim, const float *rows,
 {
 	size_t i, j;
 
-	if (labels != NULL && !tq_wfmt_is_text(fmt))
+	if (labels != NULL && !tq_wfmt_labels(fmt))
 		return tq_fail(TQ_ERR_ARG, "labels need a text writer");
+	if (labels == NULL && tq_wfmt_needs_labels(fmt))
+		return tq_fail(TQ_ERR_ARG, "word2vec and .vec rows need labels");
 	if (labels != NULL)
 		for (i = 0; i < n; i++)
 			TQ_TRY(check_label(fmt, labels[i], row0 + i));
@@ -191,6 +222,33 @@ text_rows(enum tq_vecfmt fmt, uint32_t dim, const float *rows,
 	return put(ctx, line, len);
 }
 
+/* word2vec: the label, a space, the floats little-endian, a newline. */
+static enum tq_status
+w2v_rows(uint32_t dim, const float *rows, const char *const *labels,
+    size_t n, tq_wput_fn put, void *ctx)
+{
+	uint8_t buf[LINE_BUF];
+	size_t i, j, len = 0;
+
+	for (i = 0; i < n; i++) {
+		TQ_TRY(put(ctx, buf, len));
+		len = 0;
+		TQ_TRY(put(ctx, labels[i], strlen(labels[i])));
+		buf[len++] = ' ';
+		for (j = 0; j < dim; j++) {
+			/* Room for this value and the newline. */
+			if (len + 4 >= LINE_BUF) {
+				TQ_TRY(put(ctx, buf, len));
+				len = 0;
+			}
+			wr_lef32(buf + len, rows[i * dim + j]);
+			len += 4;
+		}
+		buf[len++] = '\n';
+	}
+	return put(ctx, buf, len);
+}
+
 static enum tq_status
 int_rows(enum tq_vecfmt fmt, uint32_t dim, const float *rows, size_t n,
     tq_wput_fn put, void *ctx)
@@ -230,6 +288,8 @@ tq_wfmt_rows(enum tq_vecfmt fmt, uint32_t dim, const float *rows,
 	TQ_TRY(check_rows(fmt, dim, rows, labels, n, row0));
 	if (tq_wfmt_is_text(fmt))
 		return text_rows(fmt, dim, rows, labels, n, put, ctx);
+	if (fmt == TQ_VEC_W2V)
+		return w2v_rows(dim, rows, labels, n, put, ctx);
 	if (fmt == TQ_VEC_BVECS || fmt == TQ_VEC_IVECS)
 		return int_rows(fmt, dim, rows, n, put, ctx);
 	return tq_fail(TQ_ERR_ARG, "no row encoder for vector format %d",

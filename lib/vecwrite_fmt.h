@@ -22,8 +22,15 @@ int tq_wfmt_known(enum tq_vecfmt fmt);
 /* 1 if the header holds the row count (fixture, npy): such a format of
    unknown count is spooled on a pipe and patched in place in a file. */
 int tq_wfmt_counted(enum tq_vecfmt fmt);
-/* 1 for the text formats, the only ones that take labels. */
+/* 1 for the text formats (text, tsv, csv, .vec). */
 int tq_wfmt_is_text(enum tq_vecfmt fmt);
+/* 1 for the formats that take labels: the text ones and word2vec. */
+int tq_wfmt_labels(enum tq_vecfmt fmt);
+/* 1 for the formats whose rows must have labels (word2vec, .vec). */
+int tq_wfmt_needs_labels(enum tq_vecfmt fmt);
+/* 1 if the header's length depends on the count ("n dim\n" of word2vec
+   and .vec): with the count unknown the rows are always spooled. */
+int tq_wfmt_headed(enum tq_vecfmt fmt);
 /* Rows at most, or UINT64_MAX: a fixture counts in a u32. */
 uint64_t tq_wfmt_max_rows(enum tq_vecfmt fmt);
 

@@ -65,6 +65,15 @@ EOF
 	"$PY" -c 'print("\n".join(str(2**31 + i) for i in range(300)))' >big.ids
 	"$TQ_BIN/tq-build" -q q.tq --ids big.ids -o big.tqi c.bin
 
+	# Labels.
+	seq 0 299 | sed 's/^/w/' >all.labels
+	seq 1 5 | sed 's/^/w/' >few.labels
+	printf 'a\n\nb\n' >empty.labels
+	printf 'a\nb\0c\n' >nul.labels
+	"$PY" -c 'print("x" * 5000)' >long.labels
+	: >none.labels
+	"$TQ_BIN/tq-build" -q q.tq --labels all.labels -o lab.tqi c.bin
+
 	# Damaged tq files.
 	head -c 6000 i.tqi >cut.tqi
 	head -c 300 q.tq >cutq.tq
@@ -470,6 +479,41 @@ tqfile_cases() {
 	    tq-build -q q.tq --shard 0/500 -o out.tqi c.bin
 	expect 2 '--ids goes with --append' '--ids goes with --append' \
 	    tq-build --delete few.ids --ids few.ids a.tqi
+
+	expect 1 'FILE: --labels auto: the input has no labels' \
+	    'c.bin: --labels auto: the input has no labels' \
+	    tq-build -q q.tq --labels auto -o out.tqi c.bin
+	expect 1 'FILE: N labels for R rows' 'few.labels: 5 labels for 300 rows' \
+	    tq-build -q q.tq --labels few.labels -o out.tqi c.bin
+	run --separate-stderr "$TQ_BIN/tq-build" -q q.tq --labels - \
+	    -o out.tqi c.bin <few.labels
+	diag tq-build 1 'FILE: the labels file has N labels but the corpus has R rows' \
+	    'stdin: the labels file has 5 labels but the corpus has 300 rows'
+	run --separate-stderr "$TQ_BIN/tq-build" -q q.tq --labels - \
+	    -o out.tqi c.bin < <(cat all.labels all.labels)
+	diag tq-build 1 'FILE: the labels file has more labels (N) than the corpus has rows (R)' \
+	    'stdin: the labels file has more labels (600) than the corpus has rows (300)'
+	expect 1 'FILE: line L: empty label' 'empty.labels: line 2: empty label' \
+	    tq-build -q q.tq --labels empty.labels -o out.tqi c.bin
+	expect 1 'FILE: line L: label longer than 4096 bytes' \
+	    'long.labels: line 1: label longer than 4096 bytes' \
+	    tq-build -q q.tq --labels long.labels -o out.tqi c.bin
+	expect 1 'FILE: line L: NUL byte' 'nul.labels: line 2: NUL byte' \
+	    tq-build -q q.tq --labels nul.labels -o out.tqi c.bin
+	cp lab.tqi la.tqi
+	expect 1 'FILE: the index has labels: the new rows need them too (--labels)' \
+	    'la.tqi: the index has labels: the new rows need them too (--labels)' \
+	    tq-build --append la.tqi c.bin
+	cmp la.tqi lab.tqi
+	expect 1 'FILE: the index has no labels to add to' \
+	    'a.tqi: the index has no labels to add to' \
+	    tq-build --append --labels all.labels a.tqi c.bin
+	expect 2 '--labels goes with a build or --append' \
+	    '--labels goes with a build or --append' \
+	    tq-build --compact --labels all.labels a.tqi
+	expect 2 '--shard cannot take a labels file (use --labels auto with a labelled corpus)' \
+	    '--shard cannot take a labels file (use --labels auto with a labelled corpus)' \
+	    tq-build -q q.tq --shard 0/2 --labels all.labels -o out.tqi c.bin
 	all_seen tq-build
 	cmp a.tqi i.tqi
 	[ ! -e out.tqi ]
@@ -601,6 +645,34 @@ tqfile_cases() {
 	expect 2 "format 'NAME' is not one of tsv, json, ivecs" \
 	    "format 'xml' is not one of tsv, json, ivecs" \
 	    tq-search --format xml i.tqi
+
+	expect 1 'FILE: OPTION needs an index with labels (tq-build --labels)' \
+	    'i.tqi: --labels needs an index with labels (tq-build --labels)' \
+	    tq-search --labels -i c.bin -o out.tsv i.tqi
+	expect 1 "FILE: unknown label 'NAME'" "lab.tqi: unknown label 'w300'" \
+	    tq-search --like -o out.tsv lab.tqi w1 w300
+	expect 1 'FILE: line L: empty label' 'empty.labels: line 2: empty label' \
+	    tq-search --like-file empty.labels -o out.tsv lab.tqi
+	expect 1 'FILE: line L: label longer than 4096 bytes' \
+	    'long.labels: line 1: label longer than 4096 bytes' \
+	    tq-search --like-file long.labels -o out.tsv lab.tqi
+	expect 1 'FILE: line L: NUL byte' 'nul.labels: line 2: NUL byte' \
+	    tq-search --like-file nul.labels -o out.tsv lab.tqi
+	expect 1 'FILE: no labels' 'none.labels: no labels' \
+	    tq-search --like-file none.labels -o out.tsv lab.tqi
+	expect 2 '--like and --like-file: one or the other' \
+	    '--like and --like-file: one or the other' \
+	    tq-search --like --like-file all.labels lab.tqi w1
+	expect 2 '--like and --like-file take the queries from the index: no -i' \
+	    '--like and --like-file take the queries from the index: no -i' \
+	    tq-search --like -i c.bin lab.tqi w1
+	expect 2 '--include-self goes with --like or --like-file' \
+	    '--include-self goes with --like or --like-file' \
+	    tq-search --include-self -i c.bin lab.tqi
+	expect 2 '--like needs at least one label after the index' \
+	    '--like needs at least one label after the index' \
+	    tq-search --like lab.tqi
+	expect 2 'an empty label' 'an empty label' tq-search --like lab.tqi w1 ''
 	out_cases tq-search -i c.bin -o {} i.tqi
 	all_seen tq-search
 	[ ! -e out.tsv ] && [ ! -e out.ivecs ]
@@ -755,8 +827,8 @@ tqfile_cases() {
 	    'out.bvecs: row 0, column 0: value * is not a byte (0..255)' \
 	    tq-cat -o out.bvecs c.bin
 
-	expect 2 "format 'NAME' is not one of fixture, fvecs, ivecs, bvecs, npy, text, tsv, csv" \
-	    "format 'f32' is not one of fixture, fvecs, ivecs, bvecs, npy, text, tsv, csv" \
+	expect 2 "format 'NAME' is not one of fixture, fvecs, ivecs, bvecs, npy, text, tsv, csv, vec, w2v" \
+	    "format 'f32' is not one of fixture, fvecs, ivecs, bvecs, npy, text, tsv, csv, vec, w2v" \
 	    tq-cat -f f32 c.bin
 	expect 2 "rows 'ARG' is not a:b" "rows '10' is not a:b" \
 	    tq-cat --rows 10 c.bin
@@ -775,8 +847,8 @@ tqfile_cases() {
 	    tq-cat --sample 5 --seed 0x10 c.bin
 	expect 2 '--seed needs --sample' '--seed needs --sample' \
 	    tq-cat --seed 5 c.bin
-	expect 2 '--labels needs a text output format (text, tsv, csv)' \
-	    '--labels needs a text output format (text, tsv, csv)' \
+	expect 2 '--labels needs a text output format (text, tsv, csv, vec, w2v)' \
+	    '--labels needs a text output format (text, tsv, csv, vec, w2v)' \
 	    tq-cat --labels -o out.npy c.bin
 	out_cases tq-cat -o {} c.bin
 	all_seen tq-cat

@@ -19,7 +19,10 @@ setup_file() {
 	mkfix "$F/c.bin" 16 300 5 --clusters 3
 	mkfix "$F/q.bin" 16 4 6
 	"$TQ_BIN/tq-fit" -i "$F/c.bin" -o "$F/good.tq"
-	"$TQ_BIN/tq-build" -q "$F/good.tq" -o "$F/good.tqi" "$F/c.bin"
+	# With labels, so that the LABL section is damaged too.
+	seq 0 299 | sed 's/^/w/' >"$F/c.labels"
+	"$TQ_BIN/tq-build" -q "$F/good.tq" --labels "$F/c.labels" \
+	    -o "$F/good.tqi" "$F/c.bin"
 	"$PY" "$MAL/make-index-cases" "$F/good.tqi" "$F/good.tq" "$F/cases" >"$F/ncases"
 }
 

@@ -1,7 +1,8 @@
 /*
  * fuzz_index.c - an index file: tq_index_open, tq_file_info,
  * tq_file_verify, then a search of 2 queries with k = min(3, n), re-ranked
- * (oversample 2) when the index holds originals.  tq_quantizer_load must
+ * (oversample 2) when the index holds originals; with labels, the label
+ * of each result and the row (and vector) that label finds.  tq_quantizer_load must
  * also accept or refuse it without harm.
  */
 #include <math.h>
@@ -39,7 +40,29 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	sp.k = n == 0 ? 1 : n < 3 ? (uint32_t)n : 3;
 	sp.oversample = tq_index_originals(ix) != TQ_ORIG_NONE ? 2.0f : 1.0f;
 	sp.threads = 1;
-	(void)tq_search(ix, queries, 2, &sp, ids, scores);
+	if (tq_search(ix, queries, 2, &sp, ids, scores) == TQ_OK &&
+	    tq_index_has_labels(ix)) {
+		/* Each result's label, and the row that label finds. */
+		for (j = 0; j < 2 * sp.k; j++) {
+			const char *lab;
+			size_t len;
+			uint64_t id;
+			int found;
+
+			if (ids[j] == UINT64_MAX || tq_index_label(ix, ids[j],
+			    &lab, &len) != TQ_OK || lab == NULL)
+				continue;
+			(void)tq_index_like(ix, lab, len, &found, &id,
+			    queries);
+		}
+	}
+	if (tq_index_has_labels(ix)) {
+		uint64_t id;
+		int found;
+
+		(void)tq_index_like(ix, "w1", 2, &found, &id, queries);
+		(void)tq_index_like(ix, "", 0, &found, &id, NULL);
+	}
 	free(queries);
 	tq_index_close(ix);
 	return 0;

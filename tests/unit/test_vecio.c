@@ -1613,7 +1613,7 @@ test_writer_atomic(void)
 	    TQ_ERR_ARG);
 	CHECK_ST(tq_writer_open(p, TQ_VEC_FIXTURE, 4, 1ull << 32, &w),
 	    TQ_ERR_OVERFLOW);
-	CHECK_ST(tq_writer_open(p, (enum tq_vecfmt)9, 4, 1, &w), TQ_ERR_ARG);
+	CHECK_ST(tq_writer_open(p, (enum tq_vecfmt)99, 4, 1, &w), TQ_ERR_ARG);
 	CHECK_ST(tq_writer_open(unit_path("no/such/dir/x"), TQ_VEC_FIXTURE, 4,
 	    1, &w), TQ_ERR_IO);
 	CHECK_ST(tq_writer_open("dir/", TQ_VEC_FIXTURE, 4, 1, &w), TQ_ERR_ARG);
