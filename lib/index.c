@@ -30,6 +30,9 @@
  * the index's lock and checks given ids first (ids_load, mut_kill_ids).
  */
 #include <errno.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -376,6 +379,35 @@ put_blocks(struct build *b, size_t rows)
 	    nblk * TQ_BLOCK * TQ_NFACTORS * sizeof(float));
 }
 
+#if defined(__x86_64__)
+/*
+ * f16 originals with the F16C conversion, round to nearest even: the
+ * bits of tq_f32_to_f16 for every finite float, and build rows are
+ * finite (the readers check).  The scalar loop was 8% of a 1M x 768 IVF
+ * build's CPU time (perf), this one is a fraction of a percent.
+ */
+__attribute__((target("avx,f16c"))) static void
+f16_rows_f16c(const float *x, size_t cnt, uint8_t *dst)
+{
+	size_t i = 0;
+
+	for (; i + 8 <= cnt; i += 8)
+		_mm_storeu_si128((__m128i *)(void *)(dst + 2 * i),
+		    _mm256_cvtps_ph(_mm256_loadu_ps(x + i),
+		    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+	for (; i < cnt; i++)
+		wr_le16(dst + 2 * i, tq_f32_to_f16(x[i]));
+}
+
+/* F16C when the CPU has it and TQ_ISA does not ask for scalar code. */
+static int
+f16c_ok(void)
+{
+	return __builtin_cpu_supports("f16c") &&
+	    strcmp(tq_kernels()->name, "scalar") != 0;
+}
+#endif
+
 /*
  * Converts `rows` input rows x (normalised in place for cosine) to
  * originals in the stored format at dst.
@@ -393,6 +425,10 @@ convert_originals(const struct tq_quantizer *q, enum tq_originals o,
 	if (o == TQ_ORIG_F32)
 		for (size_t i = 0; i < cnt; i++)
 			wr_lef32(dst + 4 * i, x[i]);
+#if defined(__x86_64__)
+	else if (f16c_ok())
+		f16_rows_f16c(x, cnt, dst);
+#endif
 	else
 		for (size_t i = 0; i < cnt; i++)
 			wr_le16(dst + 2 * i, tq_f32_to_f16(x[i]));

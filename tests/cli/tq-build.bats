@@ -132,6 +132,35 @@ setup() {
 	    { show; false; }
 }
 
+@test "tq-build --originals f16: the same bits with every kernel, edge values too" {
+	# Every exponent from below the f16 subnormals to past its largest
+	# value, with mantissas just below, at and above the rounding ties.
+	"$PY" - <<-'EOF'
+	import random, struct
+	rnd = random.Random(5)
+	vals = []
+	for e in range(-28, 18):
+	    for low in (0x0fff, 0x1000, 0x1001, 0x0000, 0x1fff):
+	        m = (rnd.getrandbits(10) << 13) | low
+	        for sign in (0, 1):
+	            bits = sign << 31 | (e + 127) << 23 | m
+	            vals.append(struct.unpack("<f", struct.pack("<I", bits))[0])
+	vals += [0.0, -0.0, 65504.0, 65519.0, 65520.0, 1e30, -1e30, 2.0**-25,
+	         2.0**-24, 1.5 * 2.0**-25]
+	vals += [0.0] * (-len(vals) % 32)
+	with open("e.bin", "wb") as f:
+	    f.write(struct.pack("<II", 32, len(vals) // 32))
+	    f.write(struct.pack("<%df" % len(vals), *vals))
+	EOF
+	"$TQ_BIN/tq-fit" -d 32 -o q.tq
+	for isa in scalar avx2 avx512; do
+		TQ_ISA=$isa "$TQ_BIN/tq-build" -q q.tq --originals f16 -o $isa.tqi \
+		    e.bin
+	done
+	cmp scalar.tqi avx2.tqi
+	cmp scalar.tqi avx512.tqi
+}
+
 @test "tq-build: fvecs, npy (f4, f8, v2) and zstd corpora give identical indexes" {
 	"$TQ_BIN/tq-build" -o ref.tqi "$C"
 	tq tofvecs "$C" c.fvecs
