@@ -30,6 +30,7 @@
  * the index's lock and checks given ids first (ids_load, mut_kill_ids).
  */
 #include <errno.h>
+#include <fcntl.h>
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -949,6 +950,26 @@ ocur_take(struct build *b, const struct tq_index *ix, struct ocur *c,
 }
 
 /*
+ * Gives the disk blocks of bucket k's spill chunks back once its lists are
+ * written, so that the spill shrinks as the index grows: the disk a build
+ * needs is about one index, not two.  Best effort (a file system without
+ * hole punching keeps them until the spill is closed).
+ */
+static void
+spill_release(struct build *b, uint32_t k)
+{
+#ifdef FALLOC_FL_PUNCH_HOLE
+	for (size_t c = 0; c < b->nchunk[k]; c++)
+		if (fallocate(b->sfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+		    (off_t)b->schunk[k][c].off, (off_t)b->schunk[k][c].len) != 0)
+			return;
+#else
+	(void)b;
+	(void)k;
+#endif
+}
+
+/*
  * Writes the spilled rows list by list, a bucket of lists at a time.
  * Output rows [r0, r1) of a bucket form a window of at most p->memory
  * bytes of records; one sequential read of the bucket's chunks places
@@ -1078,6 +1099,7 @@ ivf_emit(struct build *b, const char *path)
 			}
 		}
 	    }
+	    spill_release(b, k);
 	}
 	if (at > 0 && (st = chunk_out(b, at)) != TQ_OK)
 		goto done;

@@ -499,7 +499,8 @@ void tq_build_params_default(struct tq_build_params *p);
  * order.  The corpus is still read once: the encoded rows go to an
  * unlinked temporary file beside `path` (about the size of the index), in
  * buckets of consecutive lists, and each bucket is read back once (once
- * per p->memory bytes of its rows when it holds more) to write its lists.
+ * per p->memory bytes of its rows when it holds more) to write its lists;
+ * its disk blocks are then given back (hole punching, where supported).
  * Peak memory is about p->memory plus a few chunks, whatever the corpus
  * size.  A flat build from a stream that does not say its length first
  * (fvecs or text on a pipe) keeps its encoded rows, in the index's own
