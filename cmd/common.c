@@ -402,6 +402,47 @@ progress_done(void)
 	}
 }
 
+/*
+ * The library's progress (a tq_progress_fn) through progress(), a few
+ * times a second: rows read or written, of the total when known, and
+ * their rate; the k-means iteration; other steps as done of total.
+ */
+void
+show_progress(void *arg, const char *step, uint64_t done, uint64_t total)
+{
+	static double t0, last;
+	static const char *prev;
+	double t = now_seconds();
+
+	(void)arg;
+	if (step != prev) {
+		prev = step;
+		t0 = t;
+	} else if (t - last < 0.2 && done != total)
+		return;
+	last = t;
+	if (strcmp(step, "reading") == 0 || strncmp(step, "writing", 7) == 0) {
+		double rate = t > t0 ? (double)done / (t - t0) : 0.0;
+		const char *what = step;
+		char of[40] = "";
+
+		if (total > 0)
+			snprintf(of, sizeof(of), " of %llu",
+			    (unsigned long long)total);
+		if (rate > 0.0)
+			progress("%s: %llu%s rows, %.0f rows/s", what,
+			    (unsigned long long)done, of, rate);
+		else
+			progress("%s: %llu%s rows", what,
+			    (unsigned long long)done, of);
+	} else if (strcmp(step, "k-means") == 0)
+		progress("k-means: iteration %llu of at most %llu",
+		    (unsigned long long)done + 1, (unsigned long long)total);
+	else
+		progress("%s: %llu of %llu", step, (unsigned long long)done,
+		    (unsigned long long)total);
+}
+
 double
 now_seconds(void)
 {

@@ -74,6 +74,9 @@ const char *originals_name(enum tq_originals o);
 /* Progress on stderr, only when stderr is a terminal; "\r" overwrites. */
 void progress(const char *fmt, ...) PRINTFLIKE(1, 2);
 void progress_done(void);
+/* A tq_progress_fn that shows the library's steps with progress(). */
+void show_progress(void *arg, const char *step, uint64_t done,
+    uint64_t total);
 
 /* Seconds on the monotonic clock. */
 double now_seconds(void);

@@ -48,7 +48,7 @@ static const char help_str[] =
     "      --shard i/n       build only shard i of n of the corpus; needs -q\n"
     "      --threads n       encoding threads (default 0: all cores)\n"
     "  -V, --version         print the version and exit\n"
-    "  -v, --verbose         report progress and a summary on stderr\n";
+    "  -v, --verbose         print a summary on stderr\n";
 
 enum { OPT_APPEND = 256, OPT_COMPACT, OPT_DATASET, OPT_DELETE, OPT_DUP_RATIO,
     OPT_DUPS, OPT_IDS, OPT_LABELS, OPT_LISTS, OPT_MAX_SEGMENTS, OPT_MEMORY, OPT_NO_CENTRE,
@@ -308,6 +308,7 @@ mutate(int mode, const char *delpath, const char *idspath,
 		tq_labels_close(bp->labels);
 		tq_reader_close(r);
 	}
+	progress_done();
 	if (verbose)
 		report(out, t0, what);
 	return 0;
@@ -336,8 +337,10 @@ fit(struct tq_fit_params *p, const char *corpus, const char *dataset,
 		die_status(st, corpus);
 	p->no_centre = !centre;
 	p->dim = dim;
+	p->progress = show_progress;
 	if ((st = tq_quantizer_fit(p, data, &q)) != TQ_OK)
 		die_status(st, in_name(corpus));
+	progress_done();
 	tq_reader_close(data);
 	return q;
 }
@@ -467,6 +470,7 @@ main(int argc, char *argv[])
 	argc -= optind;
 	argv += optind;
 	wait_politely(&bp);
+	bp.progress = show_progress;	/* shown on a terminal only */
 	if (bp.replace && (mode != OPT_APPEND || idspath == NULL))
 		usage_error("--replace goes with --append and --ids");
 	if (bp.max_segments != 0 && mode != OPT_APPEND)
@@ -545,6 +549,7 @@ main(int argc, char *argv[])
 		labels_failed(st, labpath);
 		die_status(st, blame(st, corpus, idspath, out));
 	}
+	progress_done();
 	tq_ids_close(ids);
 	tq_labels_close(bp.labels);
 	tq_reader_close(r);

@@ -55,43 +55,6 @@ static const struct option longopts[] = {
 	{ NULL,			0,			NULL, 0 }
 };
 
-/* The library's progress, a few times a second (common.c shows it only
-   on a terminal). */
-static void
-fit_progress(void *arg, const char *step, uint64_t done, uint64_t total)
-{
-	static double t0, last;
-	static const char *prev;
-	double t = now_seconds();
-
-	if (step != prev) {
-		prev = step;
-		t0 = t;
-	} else if (t - last < 0.2 && done != total)
-		return;
-	last = t;
-	if (strcmp(step, "reading") == 0) {
-		double rate = t > t0 ? (double)done / (t - t0) : 0.0;
-
-		char of[40] = "";
-
-		if (total > 0)
-			snprintf(of, sizeof(of), " of %llu",
-			    (unsigned long long)total);
-		if (rate > 0.0)
-			progress("reading: %llu%s rows, %.0f rows/s",
-			    (unsigned long long)done, of, rate);
-		else
-			progress("reading: %llu%s rows",
-			    (unsigned long long)done, of);
-	} else if (strcmp(step, "k-means") == 0)
-		progress("k-means: iteration %llu of at most %llu",
-		    (unsigned long long)done + 1, (unsigned long long)total);
-	else
-		progress("%s: %llu of %llu", step, (unsigned long long)done,
-		    (unsigned long long)total);
-}
-
 int
 main(int argc, char *argv[])
 {
@@ -188,7 +151,7 @@ main(int argc, char *argv[])
 		dim = tq_reader_dim(r);
 	}
 	p.dim = dim;
-	p.progress = fit_progress;
+	p.progress = show_progress;
 	st = tq_quantizer_fit(&p, r != NULL && (!p.no_centre || p.lists) ?
 	    r : NULL, &q);
 	if (st != TQ_OK)

@@ -16,6 +16,9 @@
  * input into calls, or the number of threads).
  * Norms and dot products are accumulated in double.
  */
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -39,6 +42,53 @@ nearest(const float *bounds, unsigned nb, float u)
 	for (k = 0; k < nb; k++)
 		c += u > bounds[k];
 	return c;
+}
+
+#if defined(__x86_64__)
+/*
+ * nearest() for d coordinates, eight at a time: the same comparisons, so
+ * the same codes.  The scalar loop was two thirds of encode_rows, a
+ * sixth of a 1M x 768 IVF build's CPU time (perf).
+ */
+__attribute__((target("avx2"))) static void
+nearest_row_avx2(const float *bounds, unsigned nb, const float *u, size_t d,
+    uint8_t *c)
+{
+	size_t j = 0;
+
+	for (; j + 8 <= d; j += 8) {
+		__m256 v = _mm256_loadu_ps(u + j);
+		__m256i n = _mm256_setzero_si256();
+		int32_t t[8];
+
+		for (unsigned k = 0; k < nb; k++)
+			n = _mm256_sub_epi32(n, _mm256_castps_si256(
+			    _mm256_cmp_ps(v, _mm256_set1_ps(bounds[k]),
+			    _CMP_GT_OQ)));
+		_mm256_storeu_si256((__m256i *)(void *)t, n);
+		for (unsigned l = 0; l < 8; l++)
+			c[j + l] = (uint8_t)t[l];
+	}
+	for (; j < d; j++)
+		c[j] = (uint8_t)nearest(bounds, nb, u[j]);
+}
+#endif
+
+/* The nearest levels of u[0 .. d) into c. */
+static void
+nearest_row(const float *bounds, unsigned nb, const float *u, size_t d,
+    uint8_t *c)
+{
+#if defined(__x86_64__)
+	/* A row's worth of work per call: no need to cache the answer. */
+	if (__builtin_cpu_supports("avx2") &&
+	    strcmp(tq_kernels()->name, "scalar") != 0) {
+		nearest_row_avx2(bounds, nb, u, d, c);
+		return;
+	}
+#endif
+	for (size_t j = 0; j < d; j++)
+		c[j] = (uint8_t)nearest(bounds, nb, u[j]);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -223,9 +273,7 @@ encode_rows(const struct tq_quantizer *q, const float *x, size_t n,
 			if (search && K > 1)
 				scale_search(q, u, &w, c);
 			else
-				for (j = 0; j < d; j++)
-					c[j] = (uint8_t)nearest(q->bounds,
-					    L - 1, u[j]);
+				nearest_row(q->bounds, L - 1, u, d, c);
 			for (j = 0; j < d; j++) {
 				double y = q->centroids[c[j]];
 

@@ -522,6 +522,12 @@ enum tq_status tq_fw_keep(struct tq_filewriter *fw,
  */
 int tq_tmpfile_beside(const char *path, char **tmpname);
 /*
+ * The rows a reader will deliver: its count when known, else the count
+ * its header announces (a stream that then holds more or fewer rows
+ * fails to read), else -1.
+ */
+int64_t tq_reader_claimed(const struct tq_reader *r);
+/*
  * 1 if path exists and is neither a regular file nor a directory (a
  * device such as /dev/null, a FIFO, a socket): such a destination is
  * written in place, never replaced by rename.

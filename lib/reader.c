@@ -795,6 +795,15 @@ tq_reader_count(const struct tq_reader *r)
 	return r->count;
 }
 
+int64_t
+tq_reader_claimed(const struct tq_reader *r)
+{
+	if (r->count >= 0)
+		return r->count;
+	return r->claimed == UNKNOWN || r->claimed > INT64_MAX ? -1 :
+	    (int64_t)r->claimed;
+}
+
 const char *
 tq_reader_format(const struct tq_reader *r)
 {

@@ -341,9 +341,13 @@ enum tq_rotation {
  * Progress of a long step, for a program to show (the library never
  * prints).  `step` names it ("reading": rows read, total the rows to read
  * or 0 if not known; "seeding": k-means centres chosen of total;
- * "k-means": Lloyd iterations done of at most total); called from the
- * thread that called the library, at most a few times a second for
- * "reading" and once per batch or iteration otherwise.
+ * "k-means": Lloyd iterations done of at most total; in a build,
+ * "writing lists": rows of an IVF index's lists written of total, and
+ * "writing": rows of a flat index read from a stream of unknown length
+ * written out of total); called from the thread that called the
+ * library, once per chunk of rows for "reading" and the writing steps
+ * (the callback decides how often to show it) and once per batch or
+ * iteration otherwise.
  */
 typedef void (*tq_progress_fn)(void *arg, const char *step, uint64_t done,
     uint64_t total);
@@ -520,6 +524,8 @@ struct tq_build_params {
 	 */
 	struct tq_labels_reader *labels;
 	int labels_auto;
+	tq_progress_fn progress;	/* NULL = none */
+	void *progress_arg;	/* passed to progress */
 };
 #define TQ_MAX_SEGMENTS_DEFAULT 16u
 #define TQ_MAX_SEGMENTS_LIMIT 4096u
@@ -535,9 +541,15 @@ void tq_build_params_default(struct tq_build_params *p);
  * order.  The corpus is still read once: the encoded rows go to an
  * unlinked temporary file beside `path` (about the size of the index), in
  * buckets of consecutive lists, and each bucket is read back once (once
- * per p->memory bytes of its rows when it holds more) to write its lists.
+ * per p->memory bytes of its rows when it holds more) to write its lists;
+ * its disk blocks are then given back (hole punching, where supported).
  * Peak memory is about p->memory plus a few chunks, whatever the corpus
- * size.  A flat build from a stream of unknown length spools it first.  `ids`, when
+ * size.  A flat build from a stream that does not say its length first
+ * (fvecs or text on a pipe) keeps its encoded rows, in the index's own
+ * form, in an unlinked temporary file beside `path` (about the size of
+ * the index) and copies them into place at the end; a stream whose header
+ * gives its row count (a fixture, .npy, word2vec) is written in place as
+ * it is read, and fails as a file would if it holds another count.  `ids`, when
  * not NULL, gives one external id per row (it must hold exactly as many,
  * all distinct: TQ_ERR_DUPLICATE names the first repeat; they are read
  * first, 16 bytes of memory a row); otherwise the ids are the row numbers

@@ -54,6 +54,113 @@ setup() {
 	cmp a.tqi b.tqi
 }
 
+@test "tq-build: a pipe of any format gives the file's index: originals, ids" {
+	# 9001 rows of dim 32: three chunks of 4096, the last part of a block.
+	mkfix c.bin 32 9001 4
+	"$TQ_BIN/tq-fit" -i c.bin -o q.tq
+	tq tofvecs c.bin c.fvecs
+	tq tonpy c.bin c.npy
+	"$TQ_BIN/tq-cat" -f text -o c.txt c.bin
+	seq 5 9005 | sort -R --random-source=c.bin >ids.txt
+	for o in f32 f16 none; do
+		for idopt in "" "--ids ids.txt"; do
+			# shellcheck disable=SC2086
+			"$TQ_BIN/tq-build" -q q.tq --originals $o $idopt -o ref.tqi \
+			    c.bin
+			for f in c.bin c.fvecs c.npy c.txt; do
+				# shellcheck disable=SC2086
+				run --separate-stderr sh -c 'cat "$1" | "$2" -q q.tq \
+				    --originals "$3" $4 -o p.tqi -' sh "$f" \
+				    "$TQ_BIN/tq-build" "$o" "$idopt"
+				assert_status 0
+				assert_equal "$stderr" ""
+				cmp ref.tqi p.tqi
+			done
+		done
+	done
+	# No spool or temporary file is left behind.
+	assert_only_files . c.bin c.fvecs c.npy c.txt ids.txt q.tq ref.tqi p.tqi
+}
+
+@test "tq-build: a pipe that ends early or runs on fails and writes nothing" {
+	mkfix c.bin 32 9001 4
+	"$TQ_BIN/tq-fit" -i c.bin -o q.tq
+	tq tofvecs c.bin c.fvecs
+	run --separate-stderr sh -c 'head -c 600000 c.bin | "$1" -q q.tq \
+	    -o out.tqi -' sh "$TQ_BIN/tq-build"
+	assert_fail1 tq-build stdin "truncated: expected 9001 rows, got 4687"
+	run --separate-stderr sh -c '(cat c.bin; head -c 128 c.bin) | "$1" \
+	    -q q.tq -o out.tqi -' sh "$TQ_BIN/tq-build"
+	assert_fail1 tq-build stdin "trailing data after 9001 rows"
+	run --separate-stderr sh -c 'head -c 600010 c.fvecs | "$1" -q q.tq \
+	    -o out.tqi -' sh "$TQ_BIN/tq-build"
+	assert_fail1 tq-build stdin "truncated at row 4545 (fvecs)"
+	assert_only_files . c.bin c.fvecs q.tq
+}
+
+@test "tq-build: progress on a terminal only: reading, then writing lists" {
+	command -v script >/dev/null || skip "no script(1)"
+	mkfix c.bin 32 9001 4 --clusters 8
+	"$TQ_BIN/tq-fit" -i c.bin --lists 8 -o q.tq
+	tq tofvecs c.bin c.fvecs
+	# Not a terminal: nothing on stderr.
+	run --separate-stderr sh -c 'cat c.fvecs | "$1" -q q.tq -o a.tqi -' \
+	    sh "$TQ_BIN/tq-build"
+	assert_status 0
+	assert_equal "$stderr" ""
+	# A terminal (script(1) makes one): the steps, and the line cleared.
+	run script -qec "cat c.fvecs | '$TQ_BIN/tq-build' -q q.tq -o b.tqi -" \
+	    /dev/null </dev/null
+	assert_status 0
+	[[ "$output" == *"tq-build: reading: 4096 rows"* ]] || { show; false; }
+	[[ "$output" == *"tq-build: writing lists: "*" of 9001 rows"* ]] ||
+	    { show; false; }
+	cmp a.tqi b.tqi
+	# A flat build from a stream of unknown length, then a fit.
+	"$TQ_BIN/tq-fit" -i c.bin -o f.tq
+	run script -qec "cat c.fvecs | '$TQ_BIN/tq-build' -q f.tq -o c.tqi -" \
+	    /dev/null </dev/null
+	assert_status 0
+	[[ "$output" == *"tq-build: writing: 9001 of 9001 rows"* ]] ||
+	    { show; false; }
+	run script -qec "'$TQ_BIN/tq-build' --lists 8 -o d.tqi c.bin" \
+	    /dev/null </dev/null
+	assert_status 0
+	[[ "$output" == *"tq-build: k-means: iteration 1 of at most"* ]] ||
+	    { show; false; }
+	[[ "$output" == *"tq-build: reading: "*" of 9001 rows"* ]] ||
+	    { show; false; }
+}
+
+@test "tq-build --originals f16: the same bits with every kernel, edge values too" {
+	# Every exponent from below the f16 subnormals to past its largest
+	# value, with mantissas just below, at and above the rounding ties.
+	"$PY" - <<-'EOF'
+	import random, struct
+	rnd = random.Random(5)
+	vals = []
+	for e in range(-28, 18):
+	    for low in (0x0fff, 0x1000, 0x1001, 0x0000, 0x1fff):
+	        m = (rnd.getrandbits(10) << 13) | low
+	        for sign in (0, 1):
+	            bits = sign << 31 | (e + 127) << 23 | m
+	            vals.append(struct.unpack("<f", struct.pack("<I", bits))[0])
+	vals += [0.0, -0.0, 65504.0, 65519.0, 65520.0, 1e30, -1e30, 2.0**-25,
+	         2.0**-24, 1.5 * 2.0**-25]
+	vals += [0.0] * (-len(vals) % 32)
+	with open("e.bin", "wb") as f:
+	    f.write(struct.pack("<II", 32, len(vals) // 32))
+	    f.write(struct.pack("<%df" % len(vals), *vals))
+	EOF
+	"$TQ_BIN/tq-fit" -d 32 -o q.tq
+	for isa in scalar avx2 avx512; do
+		TQ_ISA=$isa "$TQ_BIN/tq-build" -q q.tq --originals f16 -o $isa.tqi \
+		    e.bin
+	done
+	cmp scalar.tqi avx2.tqi
+	cmp scalar.tqi avx512.tqi
+}
+
 @test "tq-build: fvecs, npy (f4, f8, v2) and zstd corpora give identical indexes" {
 	"$TQ_BIN/tq-build" -o ref.tqi "$C"
 	tq tofvecs "$C" c.fvecs

@@ -1157,6 +1157,78 @@ test_ivf_checks(void)
 	free(x);
 }
 
+/* What a build reported through tq_build_params.progress. */
+struct prog_log {
+	uint64_t reads, read_last, read_total, writes, write_last, write_total;
+	int bad;		/* an unknown step, or done going backwards */
+};
+
+static void
+prog_rec(void *arg, const char *step, uint64_t done, uint64_t total)
+{
+	struct prog_log *l = arg;
+
+	if (strcmp(step, "reading") == 0) {
+		l->bad |= done < l->read_last || l->writes > 0;
+		l->reads++;
+		l->read_last = done;
+		l->read_total = total;
+	} else if (strcmp(step, "writing lists") == 0) {
+		l->bad |= done < l->write_last || done > total;
+		l->writes++;
+		l->write_last = done;
+		l->write_total = total;
+	} else
+		l->bad = 1;
+}
+
+/*
+ * A build reports the rows read, chunk by chunk, then (IVF) the rows of
+ * the lists written, ending at n of n; a flat build from a file writes
+ * as it reads.  The callback changes no byte of the index.
+ */
+static void
+test_build_progress(void)
+{
+	const uint32_t dim = 16;
+	const size_t n = 9000;
+	float *x = make_data(n, dim);
+	struct tq_quantizer *qi = fit_data(x, n, dim, 4, TQ_METRIC_L2, 8);
+	struct tq_quantizer *qf = fit(dim, 4, TQ_METRIC_L2);
+	struct tq_build_params bp;
+	struct tq_reader *r;
+	struct prog_log l;
+	char pa[4096];
+
+	for (int ivf = 0; ivf <= 1; ivf++) {
+		const struct tq_quantizer *q = ivf ? qi : qf;
+
+		CHECK_OK(build(q, x, n, NULL, TQ_ORIG_F16,
+		    path_of(pa, "p0.tqi")));
+		memset(&l, 0, sizeof(l));
+		tq_build_params_default(&bp);
+		bp.originals = TQ_ORIG_F16;
+		bp.progress = prog_rec;
+		bp.progress_arg = &l;
+		bp.memory = 1;	/* windows of one chunk: several calls */
+		CHECK_OK(tq_reader_open(unit_path("build.bin"), NULL, &r));
+		CHECK_OK(tq_build(q, r, NULL, &bp, unit_path("p1.tqi")));
+		tq_reader_close(r);
+		CHECK(files_equal(pa, unit_path("p1.tqi")));
+		CHECK(!l.bad);
+		CHECK(l.reads >= 2);
+		CHECK(l.read_last == n && l.read_total == n);
+		if (ivf) {
+			CHECK(l.writes >= 2);
+			CHECK(l.write_last == n && l.write_total == n);
+		} else
+			CHECK(l.writes == 0);
+	}
+	tq_quantizer_free(qi);
+	tq_quantizer_free(qf);
+	free(x);
+}
+
 int
 main(void)
 {
@@ -1172,5 +1244,6 @@ main(void)
 	RUN(test_ivf);
 	RUN(test_ivf_dups);
 	RUN(test_ivf_checks);
+	RUN(test_build_progress);
 	return unit_done();
 }
