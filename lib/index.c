@@ -629,10 +629,10 @@ fspool_chunk(struct build *b, size_t rows)
 static enum tq_status
 chunk_out(struct build *b, size_t rows)
 {
+	TQ_TRY(tq_lab_chunk(b->lbl, rows, b->idbuf));
 	if (b->fspool)
 		return fspool_chunk(b, rows);
 	TQ_TRY(put_blocks(b, rows));
-	TQ_TRY(tq_lab_chunk(b->lbl, rows, b->idbuf));
 	TQ_TRY(tq_fw_put(b->fw, b->s_ids, b->idbuf, rows * 8));
 	if (b->p->originals != TQ_ORIG_NONE)
 		TQ_TRY(tq_fw_put(b->fw, b->s_orig, b->obuf, rows *
