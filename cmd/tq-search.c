@@ -10,7 +10,8 @@
 static const char usage_str[] =
     "tq-search [-k k] [-i queries] [-o output] [--oversample f] [--threads n]\n"
     "                 [--batch n] [--format tsv|json|ivecs] [--dataset name]\n"
-    "                 [--allow ids] [--radius r] [--probes n] index";
+    "                 [--allow ids] [--radius r] [--probes n] [--stats[=batch]]\n"
+    "                 index";
 
 static const char help_str[] =
     "      --allow ids       return only vectors whose id is in this file\n"
@@ -23,12 +24,14 @@ static const char help_str[] =
     "      --oversample f    re-rank k*f candidates exactly (default 1: none)\n"
     "      --probes n        IVF: lists scanned per query (default lists/16)\n"
     "      --radius r        range search: every vector within r of each query\n"
+    "      --stats           one JSON line of counts and times on stderr\n"
+    "                        of the run (--stats=batch: one per batch)\n"
     "      --threads n       search threads, at most 1024 (default 0: all cores)\n"
     "      --batch n         queries searched at a time, 1 to 65536 (default 4096)\n"
     "  -V, --version         print the version and exit\n";
 
 enum { OPT_ALLOW = 256, OPT_BATCH, OPT_DATASET, OPT_FORMAT, OPT_OVERSAMPLE,
-    OPT_PROBES, OPT_RADIUS, OPT_THREADS };
+    OPT_PROBES, OPT_RADIUS, OPT_STATS, OPT_THREADS };
 
 static const struct option longopts[] = {
 	{ "allow",	required_argument,	NULL, OPT_ALLOW },
@@ -39,6 +42,7 @@ static const struct option longopts[] = {
 	{ "oversample",	required_argument,	NULL, OPT_OVERSAMPLE },
 	{ "probes",	required_argument,	NULL, OPT_PROBES },
 	{ "radius",	required_argument,	NULL, OPT_RADIUS },
+	{ "stats",	optional_argument,	NULL, OPT_STATS },
 	{ "threads",	required_argument,	NULL, OPT_THREADS },
 	{ "version",	no_argument,		NULL, 'V' },
 	{ NULL,		0,			NULL, 0 }
@@ -118,6 +122,56 @@ write_results(struct out *o, enum result_format fmt, uint64_t q0, size_t nq,
 	}
 }
 
+/* Adds the stats of one call to a running total. */
+static void
+stats_add(struct tq_search_stats *a, const struct tq_search_stats *b)
+{
+	a->queries += b->queries;
+	a->lists_probed += b->lists_probed;
+	a->rows_scanned += b->rows_scanned;
+	a->candidates += b->candidates;
+	a->refined += b->refined;
+	a->reranked += b->reranked;
+	a->originals_read += b->originals_read;
+	a->originals_bytes += b->originals_bytes;
+	a->results += b->results;
+	a->t_prepare += b->t_prepare;
+	a->t_tables += b->t_tables;
+	a->t_scan += b->t_scan;
+	a->t_refine += b->t_refine;
+	a->t_rerank += b->t_rerank;
+}
+
+/*
+ * The --stats line (tq-search(1) documents each field): batch is the
+ * batch's number from 0, or -1 for the whole run; wall the seconds spent
+ * in the search calls.
+ */
+static void
+stats_print(const struct tq_search_stats *a, long long batch, double wall)
+{
+	if (batch >= 0)
+		fprintf(stderr, "{\"batch\":%lld,", batch);
+	else
+		fputc('{', stderr);
+	fprintf(stderr, "\"queries\":%llu,\"lists_probed\":%llu,"
+	    "\"rows_scanned\":%llu,\"candidates\":%llu,\"refined\":%llu,"
+	    "\"reranked\":%llu,\"originals_read\":%llu,"
+	    "\"originals_bytes\":%llu,\"results\":%llu,"
+	    "\"t_prepare\":%.6f,\"t_tables\":%.6f,\"t_scan\":%.6f,"
+	    "\"t_refine\":%.6f,\"t_rerank\":%.6f,\"t_wall\":%.6f}\n",
+	    (unsigned long long)a->queries,
+	    (unsigned long long)a->lists_probed,
+	    (unsigned long long)a->rows_scanned,
+	    (unsigned long long)a->candidates,
+	    (unsigned long long)a->refined,
+	    (unsigned long long)a->reranked,
+	    (unsigned long long)a->originals_read,
+	    (unsigned long long)a->originals_bytes,
+	    (unsigned long long)a->results, a->t_prepare, a->t_tables,
+	    a->t_scan, a->t_refine, a->t_rerank, wall);
+}
+
 /* A radius: a decimal number, negative allowed (ip, cosine). */
 static float
 parse_radius(const char *s)
@@ -151,7 +205,10 @@ main(int argc, char *argv[])
 	static size_t *off, *cnt, *len;
 	static float *queries, *scores;
 	static uint8_t *buf;
-	int ch, kset = 0, range = 0;
+	int ch, kset = 0, range = 0, stats = 0;
+	struct tq_search_stats bst, total;
+	double wall = 0, t0;
+	long long nbatch = 0;
 
 	cmd_init(argv, usage_str, help_str);
 	tq_search_params_default(&sp);
@@ -195,6 +252,15 @@ main(int argc, char *argv[])
 		case OPT_RADIUS:
 			radius = parse_radius(optarg);
 			range = 1;
+			break;
+		case OPT_STATS:
+			if (optarg == NULL)
+				stats = 1;
+			else if (strcmp(optarg, "batch") == 0)
+				stats = 2;
+			else
+				usage_error("--stats takes no value or =batch, "
+				    "not '%s'", optarg);
 			break;
 		case OPT_THREADS:
 			sp.threads = parse_u32(optarg, 0, 1024, "threads");
@@ -260,6 +326,9 @@ main(int argc, char *argv[])
 	len = xmallocarray(batch, sizeof(*len));
 	bufcap = 4 + 4 * (size_t)sp.k;
 	buf = xmallocarray(bufcap, 1);
+	memset(&total, 0, sizeof(total));
+	if (stats)
+		sp.stats = &bst;
 	out_open(&o, outpath);
 	for (;;) {
 		if ((st = tq_reader_read(r, queries, batch, &got)) != TQ_OK)
@@ -269,18 +338,22 @@ main(int argc, char *argv[])
 		if (range) {
 			struct tq_range res;
 
+			t0 = now_seconds();
 			if ((st = tq_search_range(ix, queries, got, &sp, radius,
 			    kset ? sp.k : 0, &res)) != TQ_OK)
 				die_status(st, ixpath);
+			t0 = now_seconds() - t0;
 			for (i = 0; i < got; i++)
 				cnt[i] = len[i] = res.off[i + 1] - res.off[i];
 			write_results(&o, fmt, nq, got, res.off, cnt, len,
 			    res.ids, res.scores, &buf, &bufcap);
 			tq_range_free(&res);
 		} else {
+			t0 = now_seconds();
 			if ((st = tq_search(ix, queries, got, &sp, ids,
 			    scores)) != TQ_OK)
 				die_status(st, ixpath);
+			t0 = now_seconds() - t0;
 			for (i = 0; i < got; i++) {
 				off[i] = i * sp.k;
 				cnt[i] = len[i] = sp.k;
@@ -294,9 +367,18 @@ main(int argc, char *argv[])
 			    scores, &buf, &bufcap);
 		}
 		nq += got;
+		if (stats) {
+			stats_add(&total, &bst);
+			wall += t0;
+			if (stats == 2)
+				stats_print(&bst, nbatch, t0);
+			nbatch++;
+		}
 		progress("%llu queries", (unsigned long long)nq);
 	}
 	progress_done();
+	if (stats == 1)
+		stats_print(&total, -1, wall);
 	out_commit(&o);
 	tq_reader_close(r);
 	tq_filter_free(allow);

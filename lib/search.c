@@ -56,6 +56,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "internal.h"
 
@@ -120,6 +121,17 @@ tq_search_params_default(struct tq_search_params *p)
 	p->threads = 0;
 	p->allow = NULL;
 	p->probes = 0;
+	p->stats = NULL;
+}
+
+/* Seconds of a monotonic clock, for struct tq_search_stats. */
+static double
+now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -444,6 +456,7 @@ struct ctx {
 	const struct seg *segs;
 	size_t nseg;
 	float rmargin;		/* block-mode range search: its margin */
+	int timed;		/* stats asked: time the phases */
 };
 
 /* Candidate t of query q of a tile, row `row`. */
@@ -474,6 +487,7 @@ struct worker {
 	size_t nhits, caphits;
 	int nomem;		/* a block-mode range scan ran out */
 	struct seg *segs;	/* a query's segments (probes of them) */
+	struct tq_search_stats st;	/* this worker's share */
 };
 
 struct hit {
@@ -643,7 +657,7 @@ cand_push(const struct tq_index *ix, struct tq_topk *h, float key,
  * Offers the rows of block blk (kernel sums acc) for query i of the chunk
  * to heap h; rows outside segment sg are skipped.
  */
-static inline void
+static inline unsigned
 block_push(const struct ctx *c, const struct tq_lut *t, size_t i,
     uint64_t blk, const uint32_t *acc, const struct seg *sg,
     struct tq_topk *h)
@@ -651,12 +665,13 @@ block_push(const struct ctx *c, const struct tq_lut *t, size_t i,
 	uint64_t row = blk * TQ_BLOCK;
 	uint32_t mask, above;
 	float key[TQ_BLOCK];
-	unsigned j;
+	unsigned j, offered;
 
 	/* The heap's root is its worst entry. */
 	(void)block_keys(c, sg->p, t, i, blk, acc, h->len == h->k ?
 	    h->key[0] : -INFINITY, key, &mask, &above);
 	mask &= row_window(blk, sg->r0, sg->r1);
+	offered = (unsigned)__builtin_popcount(mask);
 	if (h->len == h->k)
 		mask &= above;
 	for (; mask != 0; mask &= mask - 1) {
@@ -665,6 +680,7 @@ block_push(const struct ctx *c, const struct tq_lut *t, size_t i,
 			continue;
 		cand_push(c->ix, h, key[j], row + j);
 	}
+	return offered;
 }
 
 /* The kernel's sums of blocks [b, b + nb) for one query's tables t. */
@@ -700,8 +716,8 @@ scan_range(struct worker *w, const struct tq_lut *t, size_t i, uint64_t b0,
 	for (b = b0; (nb = next_run(c, sg->p, &b, b1)) > 0; b += nb) {
 		scan_one(c, sg->p, t, b, nb, w->acc);
 		for (size_t bi = 0; bi < nb; bi++)
-			block_push(c, t, i, b + bi, w->acc + bi * TQ_BLOCK, sg,
-			    h);
+			w->st.rows_scanned += block_push(c, t, i, b + bi,
+			    w->acc + bi * TQ_BLOCK, sg, h);
 	}
 }
 
@@ -744,8 +760,9 @@ scan_range_multi(struct worker *w, const struct tq_lut *t, size_t i,
 		}
 		for (j = 0; j < m; j++)
 			for (size_t bi = 0; bi < nb; bi++)
-				block_push(c, &t[j], i + j, b + bi, w->acc +
-				    j * stride + bi * TQ_BLOCK, sg, &h[j]);
+				w->st.rows_scanned += block_push(c, &t[j],
+				    i + j, b + bi, w->acc + j * stride +
+				    bi * TQ_BLOCK, sg, &h[j]);
 	}
 }
 
@@ -958,8 +975,18 @@ finish(struct worker *w, size_t i, const struct tq_topk *cand,
 	float xk[RERANK_ROWS];	/* exact keys of candidates t - t % 4 .. */
 	size_t qi[REFINE_ROWS] = { i, i, i, i };
 	uint32_t t, e;
+	double t0 = c->timed ? now() : 0.0;
 
 	tq_topk_reset(&w->fin);
+	w->st.candidates += cand->len;
+	if (c->rerank) {
+		w->st.reranked += cand->len;
+		w->st.originals_read += cand->len;
+		w->st.originals_bytes += (uint64_t)cand->len * c->dim *
+		    (c->ix->originals == TQ_ORIG_F16 ? 2 : 4);
+	} else {
+		w->st.refined += cand->len;
+	}
 	/*
 	 * Re-rank: the originals of the next RERANK_AHEAD candidates are
 	 * requested while others are scored, so their misses overlap.  The
@@ -1018,6 +1045,13 @@ finish(struct worker *w, size_t i, const struct tq_topk *cand,
 			ids[t] = UINT64_MAX;
 			scores[t] = NAN;
 		}
+	}
+	w->st.results += w->fin.len < c->k ? w->fin.len : c->k;
+	if (c->timed) {
+		if (c->rerank)
+			w->st.t_rerank += now() - t0;
+		else
+			w->st.t_refine += now() - t0;
 	}
 }
 
@@ -1094,6 +1128,7 @@ range_collect(struct worker *w, const struct tq_lut *t, size_t i,
 			    &above);
 
 			mask &= row_window(b + bi, sg->r0, sg->r1);
+			w->st.rows_scanned += (unsigned)__builtin_popcount(mask);
 			for (j = 0; j < nj; j++) {
 				float m = fabsf(fs[j]) * margin_q;
 
@@ -1122,7 +1157,17 @@ range_finish(struct worker *w, size_t i)
 	const struct tq_index *ix = c->ix;
 	struct rres *res = &c->rres[i];
 	size_t e, kept = 0;
+	double t0 = c->timed ? now() : 0.0;
 
+	w->st.candidates += w->nhits;
+	if (ix->originals != TQ_ORIG_NONE) {
+		w->st.reranked += w->nhits;
+		w->st.originals_read += w->nhits;
+		w->st.originals_bytes += (uint64_t)w->nhits * c->dim *
+		    (ix->originals == TQ_ORIG_F16 ? 2 : 4);
+	} else {
+		w->st.refined += w->nhits;
+	}
 	for (e = 0; e < w->nhits; e++) {
 		uint64_t r = w->hits[e].id;
 		float key;
@@ -1151,6 +1196,13 @@ range_finish(struct worker *w, size_t i)
 	if (c->rmax > 0 && kept > c->rmax)
 		kept = c->rmax;
 	res->n = kept;
+	w->st.results += kept;
+	if (c->timed) {
+		if (ix->originals != TQ_ORIG_NONE)
+			w->st.t_rerank += now() - t0;
+		else
+			w->st.t_refine += now() - t0;
+	}
 	if (kept > 0) {
 		if ((res->h = tq_mallocarray(kept, sizeof(*res->h))) == NULL) {
 			res->nomem = 1;
@@ -1168,9 +1220,12 @@ range_one(struct worker *w, size_t i)
 	struct tq_lut *t = &w->lut[0];
 	size_t nseg;
 	float margin_q;
+	double t0 = c->timed ? now() : 0.0, t1;
 
 	tq_lut_build(c->q, c->rq + i * c->dim, t);
 	margin_q = range_margin(c, t, i);
+	t1 = c->timed ? now() : 0.0;
+	w->st.t_tables += t1 - t0;
 	w->nhits = 0;
 	nseg = query_segs(c, i, w->segs);
 	for (size_t e = 0; e < nseg; e++)
@@ -1179,6 +1234,8 @@ range_one(struct worker *w, size_t i)
 			c->rres[i].nomem = 1;
 			return;
 		}
+	if (c->timed)
+		w->st.t_scan += now() - t1;
 	range_finish(w, i);
 }
 
@@ -1197,6 +1254,7 @@ run(void *arg)
 	if (w->by_blocks) {
 		/* Blocks [b0, b1) of the concatenated segments. */
 		uint64_t v = 0;
+		double t0 = c->timed ? now() : 0.0;
 
 		tq_topk_reset(&w->cand[0]);
 		w->nhits = 0;
@@ -1216,18 +1274,26 @@ run(void *arg)
 				    sg->b0 + hi - v, sg, &w->cand[0]);
 			v += len;
 		}
+		if (c->timed)
+			w->st.t_scan += now() - t0;
 		return NULL;
 	}
 	if (c->ix->nlist > 0) {
 		/* IVF: every query its own lists. */
 		for (i = w->q0; i < w->q1; i++) {
+			double t0 = c->timed ? now() : 0.0, t1;
+
 			ns = query_segs(c, i, w->segs);
 
 			tq_lut_build(c->q, c->rq + i * c->dim, &w->lut[0]);
+			t1 = c->timed ? now() : 0.0;
+			w->st.t_tables += t1 - t0;
 			tq_topk_reset(&w->cand[0]);
 			for (size_t e = 0; e < ns; e++)
 				scan_range(w, &w->lut[0], i, w->segs[e].b0,
 				    w->segs[e].b1, &w->segs[e], &w->cand[0]);
+			if (c->timed)
+				w->st.t_scan += now() - t1;
 			finish(w, i, &w->cand[0], NULL);
 		}
 		return NULL;
@@ -1236,12 +1302,15 @@ run(void *arg)
 	for (i = w->q0; i < w->q1; i += c->qtile) {
 		size_t m = w->q1 - i < c->qtile ? w->q1 - i : c->qtile, j;
 		uint64_t b, step = c->tile_blocks;
+		double t0 = c->timed ? now() : 0.0, t1;
 
 		for (j = 0; j < m; j++) {
 			tq_lut_build(c->q, c->rq + (i + j) * c->dim,
 			    &w->lut[j]);
 			tq_topk_reset(&w->cand[j]);
 		}
+		t1 = c->timed ? now() : 0.0;
+		w->st.t_tables += t1 - t0;
 		for (size_t g = 0; g < ns; g++) {
 			const struct seg *sg = &w->segs[g];
 
@@ -1260,8 +1329,13 @@ run(void *arg)
 						    b, e, sg, &w->cand[j]);
 			}
 		}
-		if (!c->rerank && w->rcs != NULL)
+		t0 = c->timed ? now() : 0.0;
+		w->st.t_scan += t0 - t1;
+		if (!c->rerank && w->rcs != NULL) {
 			refine_tile(w, i, m);
+			if (c->timed)
+				w->st.t_refine += now() - t0;
+		}
 		for (j = 0; j < m; j++)
 			finish(w, i + j, &w->cand[j], !c->rerank && w->rcs !=
 			    NULL ? w->rkey + j * w->kc : NULL);
@@ -1461,6 +1535,37 @@ prepare(const struct tq_quantizer *q, const float *qv, size_t m,
 	return TQ_OK;
 }
 
+/*
+ * Fills *out (if not NULL) with the sum of the workers' stats, the
+ * queries, the lists probed and the time of preparing the queries.
+ */
+static void
+stats_collect(const struct scratch *s, struct tq_search_stats *out,
+    size_t nq, uint32_t probes, double t_prepare)
+{
+	if (out == NULL)
+		return;
+	memset(out, 0, sizeof(*out));
+	out->queries = nq;
+	out->lists_probed = (uint64_t)nq * probes;
+	out->t_prepare = t_prepare;
+	for (unsigned t = 0; t < s->nw; t++) {
+		const struct tq_search_stats *w = &s->w[t].st;
+
+		out->rows_scanned += w->rows_scanned;
+		out->candidates += w->candidates;
+		out->refined += w->refined;
+		out->reranked += w->reranked;
+		out->originals_read += w->originals_read;
+		out->originals_bytes += w->originals_bytes;
+		out->results += w->results;
+		out->t_tables += w->t_tables;
+		out->t_scan += w->t_scan;
+		out->t_refine += w->t_refine;
+		out->t_rerank += w->t_rerank;
+	}
+}
+
 /* Lists a query probes: p->probes, or the default share; <= nlist. */
 static uint32_t
 resolve_probes(const struct tq_index *ix, const struct tq_search_params *p)
@@ -1486,12 +1591,15 @@ run_split(struct ctx *c, struct scratch *s, size_t i)
 	struct worker *w0 = &s->w[0];
 	uint64_t vb = 0;
 	unsigned n = s->nw, t;
+	double t0 = c->timed ? now() : 0.0;
 
 	tq_lut_build(c->q, c->rq + i * c->dim, &w0->lut[0]);
 	c->query = i;
 	c->lut = &w0->lut[0];
 	if (c->range)
 		c->rmargin = range_margin(c, &w0->lut[0], i);
+	if (c->timed)
+		w0->st.t_tables += now() - t0;
 	c->nseg = query_segs(c, i, s->segs);
 	c->segs = s->segs;
 	for (size_t e = 0; e < c->nseg; e++)
@@ -1567,6 +1675,7 @@ tq_search(const struct tq_index *ix, const float *queries, size_t nq,
 	unsigned nw;
 	uint32_t probes;
 	int cosine;
+	double tprep = 0.0, t0;
 	enum tq_status st;
 
 	if (ix == NULL || (nq > 0 && (queries == NULL || ids == NULL ||
@@ -1590,8 +1699,11 @@ tq_search(const struct tq_index *ix, const float *queries, size_t nq,
 	q = ix->q;
 	dim = q->dim;
 	TQ_TRY(check_queries(queries, nq, dim));
-	if (nq == 0)
+	if (nq == 0) {
+		if (p->stats != NULL)
+			memset(p->stats, 0, sizeof(*p->stats));
 		return TQ_OK;
+	}
 
 	/*
 	 * Candidates: k * oversample for re-rank, else k * REFINE for the
@@ -1654,18 +1766,24 @@ tq_search(const struct tq_index *ix, const float *queries, size_t nq,
 		c.tile_blocks = 1;
 	c.probes = probes;
 	c.probe = s.probe;
+	c.timed = p->stats != NULL;
 	for (i = 0; i < nw; i++)
 		s.w[i].c = &c;
 
 	for (c0 = 0; c0 < nq; c0 += chunk) {
 		size_t m = nq - c0 < chunk ? nq - c0 : chunk;
 
-		if ((st = prepare(q, queries + c0 * dim, m, &s, &c)) != TQ_OK)
+		t0 = c.timed ? now() : 0.0;
+		st = prepare(q, queries + c0 * dim, m, &s, &c);
+		if (c.timed)
+			tprep += now() - t0;
+		if (st != TQ_OK)
 			break;
 		c.ids = ids + c0 * p->k;
 		c.scores = scores + c0 * p->k;
 		search_chunk(&c, &s, m);
 	}
+	stats_collect(&s, p->stats, nq, probes, tprep);
 	scratch_free(&s);
 	return st;
 }
@@ -1728,7 +1846,7 @@ tq_search_range(const struct tq_index *ix, const float *queries, size_t nq,
 	struct rres *rres = NULL;
 	size_t chunk, c0, i, total = 0, cap = 0;
 	unsigned nw, t;
-	double dd;
+	double dd, tprep = 0.0, t0;
 	enum tq_status st;
 
 	if (out == NULL)
@@ -1750,8 +1868,11 @@ tq_search_range(const struct tq_index *ix, const float *queries, size_t nq,
 	out->nq = nq;
 	if ((out->off = tq_callocarray(nq + 1, sizeof(size_t))) == NULL)
 		return tq_fail(TQ_ERR_NOMEM, "out of memory");
-	if (nq == 0)
+	if (nq == 0) {
+		if (p->stats != NULL)
+			memset(p->stats, 0, sizeof(*p->stats));
 		return TQ_OK;
+	}
 
 	chunk = QCHUNK_FLOATS / q->dim;
 	if (chunk > QCHUNK_MAX)
@@ -1789,6 +1910,7 @@ tq_search_range(const struct tq_index *ix, const float *queries, size_t nq,
 	c.rkey = q->metric == TQ_METRIC_L2 ? -radius : radius;
 	c.rmax = max;
 	c.rres = rres;
+	c.timed = p->stats != NULL;
 	/* Error std of <R q, yhat> s / |q|: sqrt(D / (1 - D) / d). */
 	dd = distortion[q->bits];
 	c.rsigma = (float)(RANGE_Z * sqrt(dd / (1.0 - dd) / (double)q->dim));
@@ -1801,8 +1923,11 @@ tq_search_range(const struct tq_index *ix, const float *queries, size_t nq,
 		size_t m = nq - c0 < chunk ? nq - c0 : chunk;
 		unsigned n = nw < m ? nw : (unsigned)m;
 
-		if ((st = prepare(q, queries + c0 * q->dim, m, &s, &c)) !=
-		    TQ_OK)
+		t0 = c.timed ? now() : 0.0;
+		st = prepare(q, queries + c0 * q->dim, m, &s, &c);
+		if (c.timed)
+			tprep += now() - t0;
+		if (st != TQ_OK)
 			break;
 		memset(rres, 0, m * sizeof(*rres));
 		if (m >= nw) {
@@ -1855,6 +1980,7 @@ tq_search_range(const struct tq_index *ix, const float *queries, size_t nq,
 		if (st != TQ_OK)
 			break;
 	}
+	stats_collect(&s, p->stats, nq, c.probes, tprep);
 fail:
 	free(rres);
 	scratch_free(&s);

@@ -601,6 +601,9 @@ tqfile_cases() {
 	expect 2 "format 'NAME' is not one of tsv, json, ivecs" \
 	    "format 'xml' is not one of tsv, json, ivecs" \
 	    tq-search --format xml i.tqi
+	expect 2 "--stats takes no value or =batch, not 'ARG'" \
+	    "--stats takes no value or =batch, not 'all'" \
+	    tq-search --stats=all i.tqi
 	out_cases tq-search -i c.bin -o {} i.tqi
 	all_seen tq-search
 	[ ! -e out.tsv ] && [ ! -e out.ivecs ]
