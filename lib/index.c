@@ -170,11 +170,14 @@ struct build {
 	struct tq_ids_reader *ids;
 	struct tq_filewriter *fw;
 	unsigned s_code, s_fact, s_ids, s_orig;
+	unsigned s_wdth;
 	size_t chunk;		/* rows per chunk, a multiple of 32 */
 	size_t block_bytes;
 	float *x;
 	uint8_t *codes;		/* chunk * dim unpacked codes */
 	float *factors;		/* chunk * 3 */
+	uint16_t *rho;		/* chunk f16 rho of the encoded rows */
+	uint8_t *wbuf;		/* chunk * 2: WDTH of the chunk's rows, LE */
 	/*
 	 * The chunk in the file's layout: packed from codes and factors,
 	 * or (ivf_emit) filled in place.
@@ -236,6 +239,8 @@ build_free(struct build *b)
 	free(b->x);
 	free(b->codes);
 	free(b->factors);
+	free(b->rho);
+	free(b->wbuf);
 	free(b->blocks);
 	free(b->fblocks);
 	free(b->idbuf);
@@ -274,6 +279,10 @@ build_alloc(struct build *b)
 	b->x = tq_mallocarray(b->chunk, dim * sizeof(float));
 	b->codes = tq_mallocarray(b->chunk, dim);
 	b->factors = tq_mallocarray(b->chunk, TQ_NFACTORS * sizeof(float));
+	b->rho = tq_mallocarray(b->chunk, sizeof(*b->rho));
+	b->wbuf = tq_mallocarray(b->chunk, 2);
+	if (!b->rho || !b->wbuf)
+		return tq_fail(TQ_ERR_NOMEM, "out of memory");
 	b->blocks = tq_mallocarray(b->chunk / TQ_BLOCK, b->block_bytes);
 	b->fblocks = tq_mallocarray(b->chunk, TQ_NFACTORS * sizeof(float));
 	b->idbuf = tq_mallocarray(b->chunk, 8);
@@ -350,6 +359,8 @@ pack_blocks(struct build *b, size_t rows)
 				fb[f * TQ_BLOCK + j] =
 				    b->factors[(r0 + j) * TQ_NFACTORS + f];
 	}
+	for (size_t i = 0; i < rows; i++)
+		wr_le16(b->wbuf + 2 * i, b->rho[i]);
 }
 
 /*
@@ -470,8 +481,8 @@ write_chunk(struct build *b, size_t rows, uint64_t row0, unsigned threads)
 {
 	const struct tq_quantizer *q = b->q;
 
-	TQ_TRY(tq_encode_unpacked_threads(q, b->x, rows, threads, b->codes,
-	    b->factors));
+	TQ_TRY(tq_encode_unpacked_rho(q, b->x, rows, threads, b->codes,
+	    b->factors, b->rho));
 	if (b->ivf)
 		TQ_TRY(assign_rows(b, b->x, rows, 0));
 
@@ -493,6 +504,7 @@ reserve_rows(struct build *b, uint64_t n, uint64_t nblocks)
 	TQ_TRY(tq_fw_reserve(b->fw, TQ_TAG_FACT,
 	    nblocks * TQ_BLOCK * TQ_NFACTORS * sizeof(float), &b->s_fact));
 	TQ_TRY(tq_fw_reserve(b->fw, TQ_TAG_IDS, n * 8, &b->s_ids));
+	TQ_TRY(tq_fw_reserve(b->fw, TQ_TAG_WDTH, n * 2, &b->s_wdth));
 	if (b->p->originals != TQ_ORIG_NONE) {
 		uint64_t w = b->p->originals == TQ_ORIG_F32 ? 4 : 2;
 
@@ -536,6 +548,7 @@ chunk_out(struct build *b, size_t rows)
 {
 	TQ_TRY(put_blocks(b, rows));
 	TQ_TRY(tq_fw_put(b->fw, b->s_ids, b->idbuf, rows * 8));
+	TQ_TRY(tq_fw_put(b->fw, b->s_wdth, b->wbuf, rows * 2));
 	if (b->p->originals != TQ_ORIG_NONE)
 		TQ_TRY(tq_fw_put(b->fw, b->s_orig, b->obuf, rows *
 		    b->q->dim * (b->p->originals == TQ_ORIG_F32 ? 4 : 2)));
@@ -563,7 +576,8 @@ orig_bytes(const struct build *b)
 
 /*
  * A spill record: u32 list, packed codes, the factors (host floats),
- * the id (8 bytes, little-endian) and the stored originals.
+ * the id (8 bytes, little-endian), the stored originals and rho (f16,
+ * 2 bytes, host order).
  */
 /*
  * Buckets: up to SPILL_BUCKETS of consecutive lists, each with a write
@@ -583,7 +597,7 @@ spill_open(struct build *b, const char *path)
 	char *tmp;
 
 	b->rec = 4 + tq_code_bytes(b->q) + TQ_NFACTORS * sizeof(float) + 8 +
-	    orig_bytes(b);
+	    orig_bytes(b) + 2;
 	if (b->rec > b->scap)
 		return tq_fail(TQ_ERR_OVERFLOW, "rows too large to spill");
 	b->nbucket = nl < SPILL_BUCKETS ? nl : SPILL_BUCKETS;
@@ -663,6 +677,7 @@ spill_rows(struct build *b, size_t rows)
 		if (ob > 0)
 			memcpy(r + 4 + cb + TQ_NFACTORS * sizeof(float) + 8,
 			    b->obuf + i * ob, ob);
+		memcpy(r + b->rec - 2, &b->rho[i], 2);
 		b->slen[k] += b->rec;
 		b->count[b->lab[e]]++;
 		b->srows++;
@@ -695,6 +710,7 @@ record_to_chunk(struct build *b, const uint8_t *r, size_t at)
 	if (ob > 0)
 		memcpy(b->obuf + at * ob, r + 4 + cb + TQ_NFACTORS *
 		    sizeof(float) + 8, ob);
+	memcpy(b->wbuf + 2 * at, r + b->rec - 2, 2);
 }
 
 /* Zeros the chunk's blocks: the codes and factors of absent rows. */
@@ -743,6 +759,8 @@ old_row_to_chunk(struct build *b, const struct tq_part *p, uint64_t r,
 	    b->codes + at * q->dim);
 	for (unsigned f = 0; f < TQ_NFACTORS; f++)
 		b->factors[at * TQ_NFACTORS + f] = fs[f * TQ_BLOCK + j];
+	/* A segment written before WDTH: unknown. */
+	b->rho[at] = p->wdth != NULL ? rd_le16(p->wdth + 2 * r) : 0x7c00u;
 	memcpy(b->idbuf + 8 * at, p->ids + 8 * r, 8);
 	if (ob > 0)
 		memcpy(b->obuf + at * ob, p->orig + r * ob, ob);
@@ -786,6 +804,11 @@ old_rows_to_chunk(struct build *b, const struct tq_part *p, uint64_t r,
 			fd[f * TQ_BLOCK] = fs[f * TQ_BLOCK];
 	}
 	memcpy(b->idbuf + 8 * at, p->ids + 8 * r, 8 * len);
+	if (p->wdth != NULL)
+		memcpy(b->wbuf + 2 * at, p->wdth + 2 * r, 2 * len);
+	else
+		for (size_t i = 0; i < len; i++)
+			wr_le16(b->wbuf + 2 * (at + i), 0x7c00u);
 	if (ob > 0)
 		memcpy(b->obuf + at * ob, p->orig + r * ob, len * ob);
 	for (size_t i = 0; i < len; i++)
@@ -1316,6 +1339,11 @@ part_bind(struct tq_index *ix, uint32_t part, struct tq_part *p)
 			prev = o;
 		}
 	}
+	p->wdth = tq_file_part(f, part, TQ_TAG_WDTH, &len);
+	if (p->wdth != NULL && len != p->n * 2)
+		return tq_fail(TQ_ERR_FORMAT, "section WDTH: length %llu, "
+		    "expected %llu", (unsigned long long)len,
+		    (unsigned long long)(p->n * 2));
 	p->live = p->n;
 	p->tomb = tq_file_part(f, part, TQ_TAG_TOMB, &len);
 	if (p->tomb != NULL) {
@@ -1806,7 +1834,8 @@ mut_keep(struct mut *m, struct tq_filewriter *fw, int copy)
 		    si.tag[3]);
 		int seg = tag == TQ_TAG_CODE || tag == TQ_TAG_FACT ||
 		    tag == TQ_TAG_IDS || tag == TQ_TAG_ORIG ||
-		    tag == TQ_TAG_LIST || tag == TQ_TAG_TOMB;
+		    tag == TQ_TAG_LIST || tag == TQ_TAG_TOMB ||
+		    tag == TQ_TAG_WDTH;
 
 		if (f->version < 2 && seg)
 			si.part = 1;
@@ -2013,9 +2042,9 @@ append_run(struct build *b, const struct tq_index *ix, struct source *src,
 			return tq_fail(TQ_ERR_FORMAT, "truncated: expected "
 			    "%llu rows, got %llu", (unsigned long long)nnew,
 			    (unsigned long long)(row + got));
-		TQ_TRY(tq_encode_unpacked_threads(q, b->x + at * dim, got,
+		TQ_TRY(tq_encode_unpacked_rho(q, b->x + at * dim, got,
 		    threads, b->codes + at * dim,
-		    b->factors + at * TQ_NFACTORS));
+		    b->factors + at * TQ_NFACTORS, b->rho + at));
 		if (b->ivf)
 			TQ_TRY(assign_rows(b, b->x + at * dim, got, at));
 		TQ_TRY(ids_out(b, got, at, row));
