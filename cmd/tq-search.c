@@ -8,10 +8,10 @@
 #include "common.h"
 
 static const char usage_str[] =
-    "tq-search [-k k] [-i queries] [-o output] [--oversample f] [--threads n]\n"
-    "                 [--batch n] [--format tsv|json|ivecs] [--dataset name]\n"
-    "                 [--allow ids] [--radius r] [--probes n] [--stats[=batch]]\n"
-    "                 index";
+    "tq-search [-k k] [-i queries] [-o output] [--oversample f|auto]\n"
+    "                 [--threads n] [--batch n] [--format tsv|json|ivecs]\n"
+    "                 [--dataset name] [--allow ids] [--radius r] [--probes n]\n"
+    "                 [--stats[=batch]] index";
 
 static const char help_str[] =
     "      --allow ids       return only vectors whose id is in this file\n"
@@ -21,7 +21,8 @@ static const char help_str[] =
     "  -i queries            the query vectors (default -: stdin)\n"
     "  -k k                  results per query (default 10)\n"
     "  -o output             where to write the results (default -: stdout)\n"
-    "      --oversample f    re-rank k*f candidates exactly (default 1: none)\n"
+    "      --oversample f    re-rank k*f candidates exactly (default 1: none);\n"
+    "                        auto: as few as the error bound allows\n"
     "      --probes n        IVF: lists scanned per query (default lists/16)\n"
     "      --radius r        range search: every vector within r of each query\n"
     "      --stats           one JSON line of counts and times on stderr\n"
@@ -243,7 +244,8 @@ main(int argc, char *argv[])
 			fmt = parse_result_format(optarg);
 			break;
 		case OPT_OVERSAMPLE:
-			sp.oversample = parse_float(optarg, 1, 1000,
+			sp.oversample = strcmp(optarg, "auto") == 0 ?
+			    TQ_OVERSAMPLE_AUTO : parse_float(optarg, 1, 1000,
 			    "oversample");
 			break;
 		case OPT_PROBES:
@@ -285,7 +287,8 @@ main(int argc, char *argv[])
 	if (!range && sp.k > avail)
 		die("%s: k (%u) exceeds the %llu vectors in the index", ixpath,
 		    sp.k, (unsigned long long)avail);
-	if (sp.oversample > 1 && tq_index_originals(ix) == TQ_ORIG_NONE)
+	if ((sp.oversample > 1 || sp.oversample < 0) &&
+	    tq_index_originals(ix) == TQ_ORIG_NONE)
 		die("%s: --oversample needs originals, and the index has none",
 		    ixpath);
 	if (sp.probes != 0 && tq_quantizer_lists(tq_index_quantizer(ix)) == 0)

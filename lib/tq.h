@@ -595,7 +595,9 @@ struct tq_search_stats;
 struct tq_search_params {
 	uint32_t k;		/* results per query, >= 1 */
 	float oversample;	/* > 1: re-rank k*oversample candidates exactly
-				   from the stored originals; <= 1: no re-rank */
+				   from the stored originals; 0 .. 1: no
+				   re-rank; < 0 (TQ_OVERSAMPLE_AUTO): the
+				   error-bounded re-rank below */
 	unsigned threads;	/* 0 = all cores; results never depend on it */
 	const struct tq_filter *allow;	/* NULL: every live row; else only
 				   the rows it allows (built for this index) */
@@ -656,6 +658,23 @@ struct tq_search_stats {
 	double t_refine;
 	double t_rerank;
 };
+/*
+ * Error-bounded re-rank (oversample TQ_OVERSAMPLE_AUTO, needs originals):
+ * the scan keeps the best k * TQ_AUTO_CAP candidates by estimate (at most
+ * the rows); each is scored again with unrounded tables and given the
+ * half-width h = TQ_AUTO_Z |q - c| |s| rho / sqrt(d - 1) of tq(5) "Error
+ * bound" (twice for l2).  They are re-ranked exactly in the order of
+ * their upper bound, key + h (ties by row), and the re-rank stops as
+ * soon as the next upper bound is below the k-th best exact key so far:
+ * a true neighbour among the candidates is missed only if its estimate
+ * is more than h too low, which for one vector has a probability of at
+ * most about 0.13% (z = 3, one-sided).  The originals of each round of
+ * 16 candidates are asked of the kernel together (madvise WILLNEED) before
+ * they are read.  Results never depend on threads, kernels or batches.
+ */
+#define TQ_OVERSAMPLE_AUTO (-1.0f)
+#define TQ_AUTO_Z 3.0
+#define TQ_AUTO_CAP 16u
 /* The default probes: this share of the lists (at least 1). */
 #define TQ_PROBES_AUTO_DIV 16u
 /* k 10, oversample 1, threads 0, allow NULL, probes 0, stats NULL. */

@@ -117,3 +117,76 @@ counts() {
 	[[ "$stderr" == "tq-search: --stats takes no value or =batch, not 'all'"* ]] || { show; false; }
 	assert_equal "$output" ""
 }
+
+@test "tq-search --oversample auto: the same results for every thread count, kernel and batch" {
+	local ref
+	run --separate-stderr "$TQ_BIN/tq-search" --threads 1 --oversample auto -i "$F/q.bin" "$F/flat.tqi"
+	assert_status 0
+	ref=$output
+	tq tsvcheck <(printf '%s\n' "$ref") 37 10
+	for args in "--threads 2" "--threads 3 --batch 1" "--threads 2 --batch 5"; do
+		for k in scalar avx2 avx512; do
+			run --separate-stderr env TQ_ISA=$k "$TQ_BIN/tq-search" $args --oversample auto -i "$F/q.bin" "$F/flat.tqi"
+			assert_status 0
+			assert_equal "$output" "$ref"
+		done
+	done
+	# IVF and f16 originals too.
+	for ix in ivf f16; do
+		run --separate-stderr "$TQ_BIN/tq-search" --threads 1 --batch 7 --oversample auto -i "$F/q.bin" "$F/$ix.tqi"
+		ref=$output
+		run --separate-stderr env TQ_ISA=scalar "$TQ_BIN/tq-search" --threads 2 --oversample auto -i "$F/q.bin" "$F/$ix.tqi"
+		assert_equal "$output" "$ref"
+	done
+}
+
+@test "tq-search --oversample auto: exact scores, fewer originals, the exact top k" {
+	# Results with exact scores: those of a re-rank of every row.
+	"$TQ_BIN/tq-search" --oversample auto -i "$F/q.bin" -o auto.tsv "$F/flat.tqi"
+	"$TQ_BIN/tq-search" --oversample 100 -i "$F/q.bin" -o all.tsv "$F/flat.tqi"
+	"$TQ_BIN/tq-recall" --truth -k 10 -o truth.ivecs "$F/c.bin" "$F/q.bin"
+	"$TQ_BIN/tq-search" --oversample auto --format ivecs -i "$F/q.bin" -o auto.ivecs "$F/flat.tqi"
+	run --separate-stderr "$TQ_BIN/tq-recall" auto.ivecs truth.ivecs
+	assert_equal "$output" "$(printf 'recall@1 1.0000\nrecall@10 1.0000')"
+	cmp auto.tsv all.tsv
+	# At least k originals a query, at most the k * 16 candidates, and
+	# fewer than a re-rank of all of them.
+	run --separate-stderr "$TQ_BIN/tq-search" --stats --oversample auto -i "$F/q.bin" "$F/flat.tqi"
+	assert_equal "$(field candidates)" $((37 * 160))
+	r=$(field originals_read)
+	[ "$r" -ge $((37 * 10)) ] && [ "$r" -lt $((37 * 160)) ] || { show; false; }
+	[ "$(field refined)" -ge "$r" ] && [ "$(field refined)" -le $((37 * 160)) ] || { show; false; }
+	assert_equal "$(field reranked)" "$r"
+}
+
+@test "tq-search --oversample auto: WDTH values that are not finite and >= 0 fall back" {
+	# Every rho NaN, -1 or +inf: the global bound for every row (the
+	# checksum is stale, which only --verify checks).
+	"$PY" - "$F/flat.tqi" bad.tqi "$("$TQ_BIN/tq-inspect" --json "$F/flat.tqi")" <<'PYEOF'
+import json, struct, sys
+d = bytearray(open(sys.argv[1], "rb").read())
+s = [x for x in json.loads(sys.argv[3])["sections"] if x["tag"] == "WDTH"][0]
+vals = (0x7e00, 0xbc00, 0x7c00)
+for i in range(s["length"] // 2):
+    struct.pack_into("<H", d, s["offset"] + 2 * i, vals[i % 3])
+open(sys.argv[2], "wb").write(d)
+PYEOF
+	run --separate-stderr "$TQ_BIN/tq-inspect" --verify bad.tqi
+	assert_status 1
+	"$TQ_BIN/tq-recall" --truth -k 10 -o truth.ivecs "$F/c.bin" "$F/q.bin"
+	"$TQ_BIN/tq-search" --oversample auto --format ivecs -i "$F/q.bin" -o r.ivecs bad.tqi
+	run --separate-stderr "$TQ_BIN/tq-recall" r.ivecs truth.ivecs
+	assert_equal "$output" "$(printf 'recall@1 1.0000\nrecall@10 1.0000')"
+	run --separate-stderr "$TQ_BIN/tq-search" --stats --oversample auto -i "$F/q.bin" bad.tqi
+	assert_status 0
+	[ "$(field originals_read)" -ge $((37 * 10)) ] || { show; false; }
+}
+
+@test "tq-search --oversample auto needs originals" {
+	"$TQ_BIN/tq-build" --originals none -o none.tqi "$F/c.bin"
+	run --separate-stderr "$TQ_BIN/tq-search" --oversample auto -i "$F/q.bin" none.tqi
+	assert_status 1
+	[[ "$stderr" == "tq-search: none.tqi: --oversample needs originals, and the index has none" ]] || { show; false; }
+	run --separate-stderr "$TQ_BIN/tq-search" --oversample automatic -i "$F/q.bin" "$F/flat.tqi"
+	assert_status 2
+}

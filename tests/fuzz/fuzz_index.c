@@ -1,8 +1,8 @@
 /*
  * fuzz_index.c - an index file: tq_index_open, tq_file_info,
  * tq_file_verify, then a search of 2 queries with k = min(3, n), re-ranked
- * (oversample 2) when the index holds originals.  tq_quantizer_load must
- * also accept or refuse it without harm.
+ * (oversample 2, then auto) when the index holds originals.
+ * tq_quantizer_load must also accept or refuse it without harm.
  */
 #include <math.h>
 
@@ -40,6 +40,11 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	sp.oversample = tq_index_originals(ix) != TQ_ORIG_NONE ? 2.0f : 1.0f;
 	sp.threads = 1;
 	(void)tq_search(ix, queries, 2, &sp, ids, scores);
+	/* The error-bounded re-rank reads WDTH, whatever its values. */
+	if (tq_index_originals(ix) != TQ_ORIG_NONE) {
+		sp.oversample = TQ_OVERSAMPLE_AUTO;
+		(void)tq_search(ix, queries, 2, &sp, ids, scores);
+	}
 	free(queries);
 	tq_index_close(ix);
 	return 0;
