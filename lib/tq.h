@@ -661,11 +661,14 @@ struct tq_search_stats {
 /*
  * Error-bounded re-rank (oversample TQ_OVERSAMPLE_AUTO, needs originals):
  * the scan keeps the best k * TQ_AUTO_CAP candidates by estimate (at most
- * the rows); each is scored again with unrounded tables and given the
- * half-width h = TQ_AUTO_Z |q - c| |s| rho / sqrt(d - 1) of tq(5) "Error
- * bound" (twice for l2).  They are re-ranked exactly in the order of
- * their upper bound, key + h (ties by row), and the re-rank stops as
- * soon as the next upper bound is below the k-th best exact key so far:
+ * the rows), each with the upper bound key + h + |s| E: h = TQ_AUTO_Z
+ * |q - c| |s| rho / sqrt(d - 1) of tq(5) "Error bound", E the rounding
+ * bound of the query's tables (twice both for l2).  They are taken best
+ * upper bound first (ties by row): one whose bound still reaches the
+ * k-th best exact key so far is scored again with unrounded tables
+ * (its bound becomes that key + h) and, if it still reaches it, exactly
+ * from its original.  The re-rank stops as soon as the next upper bound
+ * is below the k-th best exact key:
  * a true neighbour among the candidates is missed only if its estimate
  * is more than h too low, which for one vector has a probability of at
  * most about 0.13% (z = 3, one-sided).  The originals of each round of
