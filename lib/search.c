@@ -481,6 +481,7 @@ struct ctx {
 	const float *qh;
 	float rho_g;
 	float *qerr;		/* each query's table bound (tq_lut err) */
+	uintptr_t page;		/* the page size, for madvise */
 };
 
 /* Candidate t of query q of a tile, row `row`. */
@@ -1041,14 +1042,11 @@ cmp_acand(const void *a, const void *b)
 static void
 advise_row(const struct ctx *c, uint64_t r)
 {
-	static uintptr_t pg;
 	size_t len = (size_t)c->dim * (c->ix->originals == TQ_ORIG_F16 ? 2 :
 	    4);
 	uintptr_t a = (uintptr_t)row_orig(c, r), a0;
 
-	if (pg == 0)
-		pg = (uintptr_t)sysconf(_SC_PAGESIZE);
-	a0 = a & ~(pg - 1);
+	a0 = a & ~(c->page - 1);
 	(void)madvise((void *)a0, a + len - a0, MADV_WILLNEED);
 }
 
@@ -1975,6 +1973,7 @@ tq_search(const struct tq_index *ix, const float *queries, size_t nq,
 	c.k = p->k;
 	c.rerank = p->oversample > 1.0f || p->oversample < 0.0f;
 	c.autor = p->oversample < 0.0f;
+	c.page = (uintptr_t)sysconf(_SC_PAGESIZE);
 	{
 		double dd = distortion[q->bits];
 

@@ -131,6 +131,11 @@ counts() {
 			assert_equal "$output" "$ref"
 		done
 	done
+	# The counts too.
+	run --separate-stderr "$TQ_BIN/tq-search" --stats --threads 1 --oversample auto -i "$F/q.bin" "$F/ivf.tqi"
+	ref=$(counts)
+	run --separate-stderr env TQ_ISA=scalar "$TQ_BIN/tq-search" --stats --threads 2 --batch 3 --oversample auto -i "$F/q.bin" "$F/ivf.tqi"
+	assert_equal "$(counts)" "$ref"
 	# IVF and f16 originals too.
 	for ix in ivf f16; do
 		run --separate-stderr "$TQ_BIN/tq-search" --threads 1 --batch 7 --oversample auto -i "$F/q.bin" "$F/$ix.tqi"
