@@ -10,12 +10,14 @@
 
 static const char usage_str[] =
     "tq-search [-k k] [-i queries | --like-file file] [-o output]\n"
-    "                 [--oversample f] [--threads n] [--batch n]\n"
+    "                 [--oversample f|auto] [--threads n] [--batch n]\n"
     "                 [--format tsv|json|ivecs] [--dataset name] [--allow ids]\n"
-    "                 [--radius r] [--probes n] [--labels] [--include-self] index\n"
-    "       tq-search --like [-k k] [-o output] [--oversample f] [--threads n]\n"
-    "                 [--format tsv|json|ivecs] [--allow ids] [--radius r]\n"
-    "                 [--probes n] [--include-self] index label ...";
+    "                 [--radius r] [--probes n] [--labels] [--include-self]\n"
+    "                 [--stats[=batch]] index\n"
+    "       tq-search --like [-k k] [-o output] [--oversample f|auto]\n"
+    "                 [--threads n] [--format tsv|json|ivecs] [--allow ids]\n"
+    "                 [--radius r] [--probes n] [--include-self]\n"
+    "                 [--stats[=batch]] index label ...";
 
 static const char help_str[] =
     "      --allow ids       return only vectors whose id is in this file\n"
@@ -29,16 +31,19 @@ static const char help_str[] =
     "      --like            the queries are the rows of the labels given\n"
     "      --like-file file  the same, the labels one a line in file\n"
     "  -o output             where to write the results (default -: stdout)\n"
-    "      --oversample f    re-rank k*f candidates exactly (default 1: none)\n"
+    "      --oversample f    re-rank k*f candidates exactly (default 1: none);\n"
+    "                        auto: as few as the error bound allows\n"
     "      --probes n        IVF: lists scanned per query (default lists/16)\n"
     "      --radius r        range search: every vector within r of each query\n"
+    "      --stats           one JSON line of counts and times on stderr\n"
+    "                        of the run (--stats=batch: one per batch)\n"
     "      --threads n       search threads, at most 1024 (default 0: all cores)\n"
     "      --batch n         queries searched at a time, 1 to 65536 (default 4096)\n"
     "  -V, --version         print the version and exit\n";
 
 enum { OPT_ALLOW = 256, OPT_BATCH, OPT_DATASET, OPT_FORMAT, OPT_OVERSAMPLE,
-    OPT_PROBES, OPT_RADIUS, OPT_THREADS, OPT_INCLUDE_SELF, OPT_LABELS,
-    OPT_LIKE, OPT_LIKE_FILE };
+    OPT_PROBES, OPT_RADIUS, OPT_STATS, OPT_THREADS, OPT_INCLUDE_SELF,
+    OPT_LABELS, OPT_LIKE, OPT_LIKE_FILE };
 
 static const struct option longopts[] = {
 	{ "allow",	required_argument,	NULL, OPT_ALLOW },
@@ -53,6 +58,7 @@ static const struct option longopts[] = {
 	{ "oversample",	required_argument,	NULL, OPT_OVERSAMPLE },
 	{ "probes",	required_argument,	NULL, OPT_PROBES },
 	{ "radius",	required_argument,	NULL, OPT_RADIUS },
+	{ "stats",	optional_argument,	NULL, OPT_STATS },
 	{ "threads",	required_argument,	NULL, OPT_THREADS },
 	{ "version",	no_argument,		NULL, 'V' },
 	{ NULL,		0,			NULL, 0 }
@@ -178,6 +184,56 @@ write_results(struct out *o, enum result_format fmt, uint64_t q0, size_t nq,
 	}
 }
 
+/* Adds the stats of one call to a running total. */
+static void
+stats_add(struct tq_search_stats *a, const struct tq_search_stats *b)
+{
+	a->queries += b->queries;
+	a->lists_probed += b->lists_probed;
+	a->rows_scanned += b->rows_scanned;
+	a->candidates += b->candidates;
+	a->refined += b->refined;
+	a->reranked += b->reranked;
+	a->originals_read += b->originals_read;
+	a->originals_bytes += b->originals_bytes;
+	a->results += b->results;
+	a->t_prepare += b->t_prepare;
+	a->t_tables += b->t_tables;
+	a->t_scan += b->t_scan;
+	a->t_refine += b->t_refine;
+	a->t_rerank += b->t_rerank;
+}
+
+/*
+ * The --stats line (tq-search(1) documents each field): batch is the
+ * batch's number from 0, or -1 for the whole run; wall the seconds spent
+ * in the search calls.
+ */
+static void
+stats_print(const struct tq_search_stats *a, long long batch, double wall)
+{
+	if (batch >= 0)
+		fprintf(stderr, "{\"batch\":%lld,", batch);
+	else
+		fputc('{', stderr);
+	fprintf(stderr, "\"queries\":%llu,\"lists_probed\":%llu,"
+	    "\"rows_scanned\":%llu,\"candidates\":%llu,\"refined\":%llu,"
+	    "\"reranked\":%llu,\"originals_read\":%llu,"
+	    "\"originals_bytes\":%llu,\"results\":%llu,"
+	    "\"t_prepare\":%.6f,\"t_tables\":%.6f,\"t_scan\":%.6f,"
+	    "\"t_refine\":%.6f,\"t_rerank\":%.6f,\"t_wall\":%.6f}\n",
+	    (unsigned long long)a->queries,
+	    (unsigned long long)a->lists_probed,
+	    (unsigned long long)a->rows_scanned,
+	    (unsigned long long)a->candidates,
+	    (unsigned long long)a->refined,
+	    (unsigned long long)a->reranked,
+	    (unsigned long long)a->originals_read,
+	    (unsigned long long)a->originals_bytes,
+	    (unsigned long long)a->results, a->t_prepare, a->t_tables,
+	    a->t_scan, a->t_refine, a->t_rerank, wall);
+}
+
 /* A radius: a decimal number, negative allowed (ip, cosine). */
 static float
 parse_radius(const char *s)
@@ -213,8 +269,11 @@ main(int argc, char *argv[])
 	static float *queries, *scores;
 	static uint8_t *buf;
 	int ch, kset = 0, range = 0, iset = 0, labels = 0, like = 0;
-	int self = 0;
+	int self = 0, stats = 0;
 	uint32_t k;
+	struct tq_search_stats bst, total;
+	double wall = 0, t0;
+	long long nbatch = 0;
 
 	cmd_init(argv, usage_str, help_str);
 	tq_search_params_default(&sp);
@@ -262,7 +321,8 @@ main(int argc, char *argv[])
 			likepath = optarg;
 			break;
 		case OPT_OVERSAMPLE:
-			sp.oversample = parse_float(optarg, 1, 1000,
+			sp.oversample = strcmp(optarg, "auto") == 0 ?
+			    TQ_OVERSAMPLE_AUTO : parse_float(optarg, 1, 1000,
 			    "oversample");
 			break;
 		case OPT_PROBES:
@@ -271,6 +331,15 @@ main(int argc, char *argv[])
 		case OPT_RADIUS:
 			radius = parse_radius(optarg);
 			range = 1;
+			break;
+		case OPT_STATS:
+			if (optarg == NULL)
+				stats = 1;
+			else if (strcmp(optarg, "batch") == 0)
+				stats = 2;
+			else
+				usage_error("--stats takes no value or =batch, "
+				    "not '%s'", optarg);
 			break;
 		case OPT_THREADS:
 			sp.threads = parse_u32(optarg, 0, 1024, "threads");
@@ -304,7 +373,8 @@ main(int argc, char *argv[])
 	if (!range && sp.k > avail)
 		die("%s: k (%u) exceeds the %llu vectors in the index", ixpath,
 		    sp.k, (unsigned long long)avail);
-	if (sp.oversample > 1 && tq_index_originals(ix) == TQ_ORIG_NONE)
+	if ((sp.oversample > 1 || sp.oversample < 0) &&
+	    tq_index_originals(ix) == TQ_ORIG_NONE)
 		die("%s: --oversample needs originals, and the index has none",
 		    ixpath);
 	if (sp.probes != 0 && tq_quantizer_lists(tq_index_quantizer(ix)) == 0)
@@ -364,6 +434,9 @@ main(int argc, char *argv[])
 	len = xmallocarray(batch, sizeof(*len));
 	bufcap = 4 + 4 * (size_t)sp.k;
 	buf = xmallocarray(bufcap, 1);
+	memset(&total, 0, sizeof(total));
+	if (stats)
+		sp.stats = &bst;
 	out_open(&o, outpath);
 	for (;;) {
 		if (r == NULL)
@@ -376,9 +449,11 @@ main(int argc, char *argv[])
 		if (range) {
 			struct tq_range res;
 
+			t0 = now_seconds();
 			if ((st = tq_search_range(ix, queries, got, &sp, radius,
 			    kset ? sp.k : 0, &res)) != TQ_OK)
 				die_status(st, ixpath);
+			t0 = now_seconds() - t0;
 			for (i = 0; i < got; i++)
 				cnt[i] = len[i] = res.off[i + 1] - res.off[i];
 			if (r == NULL && !self) {
@@ -390,9 +465,11 @@ main(int argc, char *argv[])
 			    res.ids, res.scores, &buf, &bufcap);
 			tq_range_free(&res);
 		} else {
+			t0 = now_seconds();
 			if ((st = tq_search(ix, queries, got, &sp, ids,
 			    scores)) != TQ_OK)
 				die_status(st, ixpath);
+			t0 = now_seconds() - t0;
 			for (i = 0; i < got; i++) {
 				off[i] = i * sp.k;
 				cnt[i] = len[i] = sp.k;
@@ -412,9 +489,18 @@ main(int argc, char *argv[])
 			    scores, &buf, &bufcap);
 		}
 		nq += got;
+		if (stats) {
+			stats_add(&total, &bst);
+			wall += t0;
+			if (stats == 2)
+				stats_print(&bst, nbatch, t0);
+			nbatch++;
+		}
 		progress("%llu queries", (unsigned long long)nq);
 	}
 	progress_done();
+	if (stats == 1)
+		stats_print(&total, -1, wall);
 	out_commit(&o);
 	tq_reader_close(r);
 	like_free(&lk);

@@ -9,7 +9,12 @@
  *     b' = <c, r> - s <R c, yhat>
  *     |x|^2 (of the possibly normalised x)
  * so that <q, x> ~= s <R q, yhat> + b' + <q, c>.  |r| = 0 gives the
- * smallest positive level everywhere, s = 0 and b' = 0.
+ * smallest positive level everywhere, s = 0 and b' = 0.  For the error
+ * bound of the estimate (tq(5), "Error bound") an index also keeps
+ *     rho = |yhat| sin angle(u, yhat) = sqrt(|yhat|^2 - <u, yhat>^2)
+ * as an f16 rounded up (0 when |r| = 0): the error of s <R q', yhat> as
+ * an estimate of <q', r> is |s| rho times <R q', the unit vector of
+ * yhat's part orthogonal to u>.
  *
  * Rows are rotated in batches (tq_rotate computes every row in one fixed
  * order, so a row's bytes do not depend on the batch, the split of the
@@ -189,10 +194,24 @@ scale_search(const struct tq_quantizer *q, const float *u, struct sweep *w,
 /* ------------------------------------------------------------------------ */
 /* Encoding                                                                  */
 
-/* row0 only numbers the rows in failure details. */
+/* x as an f16 no smaller than x (x >= 0; +inf past the largest). */
+uint16_t
+tq_f16_up(float x)
+{
+	uint16_t h = tq_f32_to_f16(x);
+
+	if (tq_f16_to_f32(h) < x && h < 0x7c00u)
+		h++;
+	return h;
+}
+
+/*
+ * row0 only numbers the rows in failure details; rho, if not NULL,
+ * receives each row's rho (see the top) as f16 bits.
+ */
 static enum tq_status
 encode_rows(const struct tq_quantizer *q, const float *x, size_t n,
-    size_t row0, uint8_t *codes, float *factors)
+    size_t row0, uint8_t *codes, float *factors, uint16_t *rho)
 {
 	size_t d = q->dim, B = enc_batch(q->dim), s0, i, j;
 	unsigned L = q->nlevels, K = L / 2;
@@ -259,12 +278,15 @@ encode_rows(const struct tq_quantizer *q, const float *x, size_t n,
 			float *f = factors + (s0 + i) * TQ_NFACTORS;
 			const float *ur = ub + i * d;
 			double rn = meta[3 * i], inv, dot = 0, ryc = 0, s;
+			double yy = 0;
 
 			if (rn == 0) {
 				memset(c, K, d);
 				f[0] = 0;
 				f[1] = 0;
 				f[2] = (float)meta[3 * i + 2];
+				if (rho != NULL)
+					rho[s0 + i] = 0;
 				continue;
 			}
 			inv = 1 / rn;
@@ -279,8 +301,17 @@ encode_rows(const struct tq_quantizer *q, const float *x, size_t n,
 
 				dot += (double)u[j] * y;
 				ryc += (double)q->rcentre[j] * y;
+				yy += y * y;
 			}
 			s = dot > 0 ? rn / dot : 0;
+			if (rho != NULL) {
+				/* A little over, for the sums' own rounding. */
+				double r2 = yy - dot * dot;
+
+				rho[s0 + i] = s == 0 ? 0x7c00u : tq_f16_up(
+				    (float)(sqrt(r2 > 0 ? r2 : 0) * (1 + 1e-6) +
+				    1e-7));
+			}
 			f[0] = (float)s;
 			f[1] = (float)(meta[3 * i + 1] - s * ryc);
 			f[2] = (float)meta[3 * i + 2];
@@ -302,7 +333,7 @@ enum tq_status
 tq_encode_unpacked(const struct tq_quantizer *q, const float *x, size_t n,
     uint8_t *codes, float *factors)
 {
-	return encode_rows(q, x, n, 0, codes, factors);
+	return encode_rows(q, x, n, 0, codes, factors, NULL);
 }
 
 /* Rows encoded per internal call of tq_encode (bounds the scratch). */
@@ -325,7 +356,7 @@ encode_packed(const struct tq_quantizer *q, const float *x, size_t n,
 		size_t m = n - s0 < PACK_CHUNK ? n - s0 : PACK_CHUNK;
 
 		st = encode_rows(q, x + s0 * d, m, row0 + s0, un,
-		    factors + s0 * TQ_NFACTORS);
+		    factors + s0 * TQ_NFACTORS, NULL);
 		for (i = 0; i < m && st == TQ_OK; i++)
 			tq_pack_row(q, un + i * d, codes + (s0 + i) * cb);
 	}
@@ -338,6 +369,7 @@ struct encode_job {
 	const float *x;
 	uint8_t *codes;
 	float *factors;
+	uint16_t *rho;
 	size_t rows, row0;
 	int packed;
 	enum tq_status rc;
@@ -351,7 +383,8 @@ encode_worker(void *arg)
 
 	j->rc = j->packed ?
 	    encode_packed(j->q, j->x, j->rows, j->row0, j->codes, j->factors) :
-	    encode_rows(j->q, j->x, j->rows, j->row0, j->codes, j->factors);
+	    encode_rows(j->q, j->x, j->rows, j->row0, j->codes, j->factors,
+	    j->rho);
 	if (j->rc != TQ_OK)
 		snprintf(j->detail, sizeof(j->detail), "%s", tq_errdetail());
 	return NULL;
@@ -365,7 +398,8 @@ encode_worker(void *arg)
  */
 static enum tq_status
 encode_split(const struct tq_quantizer *q, const float *x, size_t n,
-    unsigned threads, int packed, uint8_t *codes, float *factors)
+    unsigned threads, int packed, uint8_t *codes, float *factors,
+    uint16_t *rho)
 {
 	struct encode_job job[64];
 	pthread_t tid[64];
@@ -380,14 +414,15 @@ encode_split(const struct tq_quantizer *q, const float *x, size_t n,
 		nt = (unsigned)nblk;
 	if (nt <= 1)
 		return packed ? encode_packed(q, x, n, 0, codes, factors) :
-		    encode_rows(q, x, n, 0, codes, factors);
+		    encode_rows(q, x, n, 0, codes, factors, rho);
 	per = (nblk + nt - 1) / nt * TQ_BLOCK;
 	for (t = 0; t < nt; t++) {
 		size_t len = n - at < per ? n - at : per;
 
 		job[t] = (struct encode_job){ q, x + at * q->dim,
-		    codes + at * cw, factors + at * TQ_NFACTORS, len, at,
-		    packed, TQ_OK, "" };
+		    codes + at * cw, factors + at * TQ_NFACTORS,
+		    rho != NULL ? rho + at : NULL, len, at, packed, TQ_OK,
+		    "" };
 		at += len;
 		started[t] = t > 0 && len > 0 &&
 		    pthread_create(&tid[t], NULL, encode_worker, &job[t]) == 0;
@@ -408,7 +443,7 @@ enum tq_status
 tq_encode_threads(const struct tq_quantizer *q, const float *x, size_t n,
     unsigned threads, uint8_t *codes, float *factors)
 {
-	return encode_split(q, x, n, threads, 1, codes, factors);
+	return encode_split(q, x, n, threads, 1, codes, factors, NULL);
 }
 
 enum tq_status
@@ -422,7 +457,15 @@ enum tq_status
 tq_encode_unpacked_threads(const struct tq_quantizer *q, const float *x,
     size_t n, unsigned threads, uint8_t *codes, float *factors)
 {
-	return encode_split(q, x, n, threads, 0, codes, factors);
+	return encode_split(q, x, n, threads, 0, codes, factors, NULL);
+}
+
+enum tq_status
+tq_encode_unpacked_rho(const struct tq_quantizer *q, const float *x,
+    size_t n, unsigned threads, uint8_t *codes, float *factors,
+    uint16_t *rho)
+{
+	return encode_split(q, x, n, threads, 0, codes, factors, rho);
 }
 
 /*

@@ -182,11 +182,14 @@ struct build {
 	struct tq_ids_reader *ids;
 	struct tq_filewriter *fw;
 	unsigned s_code, s_fact, s_ids, s_orig;
+	unsigned s_wdth;
 	size_t chunk;		/* rows per chunk, a multiple of 32 */
 	size_t block_bytes;
 	float *x;
 	uint8_t *codes;		/* chunk * dim unpacked codes */
 	float *factors;		/* chunk * 3 */
+	uint16_t *rho;		/* chunk f16 rho of the encoded rows */
+	uint8_t *wbuf;		/* chunk * 2: WDTH of the chunk's rows, LE */
 	/*
 	 * The chunk in the file's layout: packed from codes and factors,
 	 * or (ivf_emit) filled in place.
@@ -254,6 +257,8 @@ build_free(struct build *b)
 	free(b->x);
 	free(b->codes);
 	free(b->factors);
+	free(b->rho);
+	free(b->wbuf);
 	free(b->blocks);
 	free(b->fblocks);
 	free(b->idbuf);
@@ -293,6 +298,10 @@ build_alloc(struct build *b)
 	b->x = tq_mallocarray(b->chunk, dim * sizeof(float));
 	b->codes = tq_mallocarray(b->chunk, dim);
 	b->factors = tq_mallocarray(b->chunk, TQ_NFACTORS * sizeof(float));
+	b->rho = tq_mallocarray(b->chunk, sizeof(*b->rho));
+	b->wbuf = tq_mallocarray(b->chunk, 2);
+	if (!b->rho || !b->wbuf)
+		return tq_fail(TQ_ERR_NOMEM, "out of memory");
 	b->blocks = tq_mallocarray(b->chunk / TQ_BLOCK, b->block_bytes);
 	b->fblocks = tq_mallocarray(b->chunk, TQ_NFACTORS * sizeof(float));
 	b->idbuf = tq_mallocarray(b->chunk, 8);
@@ -369,6 +378,8 @@ pack_blocks(struct build *b, size_t rows)
 				fb[f * TQ_BLOCK + j] =
 				    b->factors[(r0 + j) * TQ_NFACTORS + f];
 	}
+	for (size_t i = 0; i < rows; i++)
+		wr_le16(b->wbuf + 2 * i, b->rho[i]);
 }
 
 /*
@@ -523,8 +534,8 @@ write_chunk(struct build *b, size_t rows, uint64_t row0, unsigned threads)
 {
 	const struct tq_quantizer *q = b->q;
 
-	TQ_TRY(tq_encode_unpacked_threads(q, b->x, rows, threads, b->codes,
-	    b->factors));
+	TQ_TRY(tq_encode_unpacked_rho(q, b->x, rows, threads, b->codes,
+	    b->factors, b->rho));
 	if (b->ivf)
 		TQ_TRY(assign_rows(b, b->x, rows, 0));
 
@@ -546,6 +557,7 @@ reserve_rows(struct build *b, uint64_t n, uint64_t nblocks)
 	TQ_TRY(tq_fw_reserve(b->fw, TQ_TAG_FACT,
 	    nblocks * TQ_BLOCK * TQ_NFACTORS * sizeof(float), &b->s_fact));
 	TQ_TRY(tq_fw_reserve(b->fw, TQ_TAG_IDS, n * 8, &b->s_ids));
+	TQ_TRY(tq_fw_reserve(b->fw, TQ_TAG_WDTH, n * 2, &b->s_wdth));
 	if (b->p->originals != TQ_ORIG_NONE) {
 		uint64_t w = b->p->originals == TQ_ORIG_F32 ? 4 : 2;
 
@@ -584,12 +596,12 @@ input_done(struct build *b, struct source *src, uint64_t n)
 }
 
 /*
- * The parts of a chunk of `rows` rows as the output's CODE, FACT, IDS and
+ * The parts of a chunk of `rows` rows as the output's CODE, FACT, IDS, WDTH and
  * ORIG sections hold them (the factors made little-endian by put_blocks
  * or fspool_chunk): their buffers and lengths; returns how many.
  */
 static unsigned
-chunk_parts(struct build *b, size_t rows, void *part[4], size_t len[4])
+chunk_parts(struct build *b, size_t rows, void *part[5], size_t len[5])
 {
 	size_t nblk = (rows + TQ_BLOCK - 1) / TQ_BLOCK;
 	unsigned k = 0;
@@ -600,6 +612,8 @@ chunk_parts(struct build *b, size_t rows, void *part[4], size_t len[4])
 	len[k++] = nblk * TQ_BLOCK * TQ_NFACTORS * sizeof(float);
 	part[k] = b->idbuf;
 	len[k++] = rows * 8;
+	part[k] = b->wbuf;
+	len[k++] = rows * 2;
 	if (b->p->originals != TQ_ORIG_NONE) {
 		part[k] = b->obuf;
 		len[k++] = rows * b->q->dim *
@@ -612,8 +626,8 @@ chunk_parts(struct build *b, size_t rows, void *part[4], size_t len[4])
 static enum tq_status
 fspool_chunk(struct build *b, size_t rows)
 {
-	void *part[4];
-	size_t len[4];
+	void *part[5];
+	size_t len[5];
 	unsigned np = chunk_parts(b, rows, part, len);
 
 	for (size_t i = 0; i < len[1] / sizeof(float); i++)
@@ -634,6 +648,7 @@ chunk_out(struct build *b, size_t rows)
 		return fspool_chunk(b, rows);
 	TQ_TRY(put_blocks(b, rows));
 	TQ_TRY(tq_fw_put(b->fw, b->s_ids, b->idbuf, rows * 8));
+	TQ_TRY(tq_fw_put(b->fw, b->s_wdth, b->wbuf, rows * 2));
 	if (b->p->originals != TQ_ORIG_NONE)
 		TQ_TRY(tq_fw_put(b->fw, b->s_orig, b->obuf, rows *
 		    b->q->dim * (b->p->originals == TQ_ORIG_F32 ? 4 : 2)));
@@ -661,7 +676,9 @@ orig_bytes(const struct build *b)
 
 /*
  * A spill record: u32 list, packed codes, the factors (host floats),
- * the id (8 bytes, little-endian) and the stored originals.
+ * the id (8 bytes, little-endian), the stored originals, rho (f16,
+ * 2 bytes, host order) and, in a build with labels, the row's label
+ * number (8 bytes, little-endian; labels.c).
  */
 /*
  * Buckets: up to SPILL_BUCKETS of consecutive lists, each with a write
@@ -681,7 +698,7 @@ spill_open(struct build *b, const char *path)
 	char *tmp;
 
 	b->rec = 4 + tq_code_bytes(b->q) + TQ_NFACTORS * sizeof(float) + 8 +
-	    orig_bytes(b) + (b->lbl != NULL ? 8 : 0);
+	    orig_bytes(b) + 2 + (b->lbl != NULL ? 8 : 0);
 	if (b->rec > b->scap)
 		return tq_fail(TQ_ERR_OVERFLOW, "rows too large to spill");
 	b->nbucket = nl < SPILL_BUCKETS ? nl : SPILL_BUCKETS;
@@ -761,6 +778,8 @@ spill_rows(struct build *b, size_t rows)
 		if (ob > 0)
 			memcpy(r + 4 + cb + TQ_NFACTORS * sizeof(float) + 8,
 			    b->obuf + i * ob, ob);
+		memcpy(r + 4 + cb + TQ_NFACTORS * sizeof(float) + 8 + ob,
+		    &b->rho[i], 2);
 		if (b->lbl != NULL)	/* the new row's label: its number */
 			wr_le64(r + b->rec - 8, tq_lab_new_of(b->lbl, i));
 		b->slen[k] += b->rec;
@@ -795,6 +814,8 @@ record_to_chunk(struct build *b, const uint8_t *r, size_t at)
 	if (ob > 0)
 		memcpy(b->obuf + at * ob, r + 4 + cb + TQ_NFACTORS *
 		    sizeof(float) + 8, ob);
+	memcpy(b->wbuf + 2 * at, r + 4 + cb + TQ_NFACTORS * sizeof(float) + 8 +
+	    ob, 2);
 	if (b->lbl != NULL)
 		tq_lab_new(b->lbl, at, rd_le64(r + b->rec - 8));
 }
@@ -845,6 +866,8 @@ old_row_to_chunk(struct build *b, const struct tq_part *p, uint64_t r,
 	    b->codes + at * q->dim);
 	for (unsigned f = 0; f < TQ_NFACTORS; f++)
 		b->factors[at * TQ_NFACTORS + f] = fs[f * TQ_BLOCK + j];
+	/* A segment written before WDTH: unknown. */
+	b->rho[at] = p->wdth != NULL ? rd_le16(p->wdth + 2 * r) : 0x7c00u;
 	memcpy(b->idbuf + 8 * at, p->ids + 8 * r, 8);
 	if (ob > 0)
 		memcpy(b->obuf + at * ob, p->orig + r * ob, ob);
@@ -889,6 +912,11 @@ old_rows_to_chunk(struct build *b, const struct tq_part *p, uint64_t r,
 			fd[f * TQ_BLOCK] = fs[f * TQ_BLOCK];
 	}
 	memcpy(b->idbuf + 8 * at, p->ids + 8 * r, 8 * len);
+	if (p->wdth != NULL)
+		memcpy(b->wbuf + 2 * at, p->wdth + 2 * r, 2 * len);
+	else
+		for (size_t i = 0; i < len; i++)
+			wr_le16(b->wbuf + 2 * (at + i), 0x7c00u);
 	if (ob > 0)
 		memcpy(b->obuf + at * ob, p->orig + r * ob, len * ob);
 	tq_lab_old(b->lbl, p, r, len, at);
@@ -1300,9 +1328,10 @@ flat_emit(struct build *b, const char *path, uint64_t n)
 	TQ_TRY(open_output(b, path, n));
 	for (uint64_t row = 0; row < n; row += b->chunk) {
 		size_t rows = n - row < b->chunk ? (size_t)(n - row) : b->chunk;
-		unsigned slot[4] = { b->s_code, b->s_fact, b->s_ids, b->s_orig };
-		void *part[4];
-		size_t len[4];
+		unsigned slot[5] = { b->s_code, b->s_fact, b->s_ids, b->s_wdth,
+		    b->s_orig };
+		void *part[5];
+		size_t len[5];
 		unsigned np = chunk_parts(b, rows, part, len);
 
 		for (unsigned k = 0; k < np; k++) {
@@ -1514,6 +1543,11 @@ part_bind(struct tq_index *ix, uint32_t part, struct tq_part *p)
 			prev = o;
 		}
 	}
+	p->wdth = tq_file_part(f, part, TQ_TAG_WDTH, &len);
+	if (p->wdth != NULL && len != p->n * 2)
+		return tq_fail(TQ_ERR_FORMAT, "section WDTH: length %llu, "
+		    "expected %llu", (unsigned long long)len,
+		    (unsigned long long)(p->n * 2));
 	p->live = p->n;
 	p->tomb = tq_file_part(f, part, TQ_TAG_TOMB, &len);
 	if (p->tomb != NULL) {
@@ -2007,7 +2041,7 @@ mut_keep(struct mut *m, struct tq_filewriter *fw, int copy)
 		int seg = tag == TQ_TAG_CODE || tag == TQ_TAG_FACT ||
 		    tag == TQ_TAG_IDS || tag == TQ_TAG_ORIG ||
 		    tag == TQ_TAG_LIST || tag == TQ_TAG_TOMB ||
-		    tag == TQ_TAG_LABL;
+		    tag == TQ_TAG_LABL || tag == TQ_TAG_WDTH;
 
 		if (f->version < 2 && seg)
 			si.part = 1;
@@ -2214,9 +2248,9 @@ append_run(struct build *b, const struct tq_index *ix, struct source *src,
 			return tq_fail(TQ_ERR_FORMAT, "truncated: expected "
 			    "%llu rows, got %llu", (unsigned long long)nnew,
 			    (unsigned long long)(row + got));
-		TQ_TRY(tq_encode_unpacked_threads(q, b->x + at * dim, got,
+		TQ_TRY(tq_encode_unpacked_rho(q, b->x + at * dim, got,
 		    threads, b->codes + at * dim,
-		    b->factors + at * TQ_NFACTORS));
+		    b->factors + at * TQ_NFACTORS, b->rho + at));
 		if (b->ivf)
 			TQ_TRY(assign_rows(b, b->x + at * dim, got, at));
 		TQ_TRY(ids_out(b, got, at, row));

@@ -229,6 +229,10 @@ unsigned tq_ncpu(void);
  *       at least one row is live.  Codes, factors, ids and originals of a
  *       deleted row stay as they were; searches skip it.  Absent: no row
  *       is deleted.
+ * WDTH  optional: n u16, each row's rho (encode.c) as an IEEE half, rounded
+ *       up; +inf (0x7c00) where unknown.  Values are not checked on open:
+ *       a search takes anything but a finite value >= 0 as unknown and
+ *       falls back to the global bound (tq(5), "Error bound").
  */
 #define TQ_TAG_QPAR TQ_TAG('Q', 'P', 'A', 'R')
 #define TQ_TAG_ROTM TQ_TAG('R', 'O', 'T', 'M')
@@ -242,6 +246,7 @@ unsigned tq_ncpu(void);
 #define TQ_TAG_TOMB TQ_TAG('T', 'O', 'M', 'B')
 #define TQ_TAG_IVFC TQ_TAG('I', 'V', 'F', 'C')
 #define TQ_TAG_LIST TQ_TAG('L', 'I', 'S', 'T')
+#define TQ_TAG_WDTH TQ_TAG('W', 'D', 'T', 'H')
 #define TQ_IVFC_HEADER 16u
 
 #define TQ_QPAR_SIZE 64u
@@ -402,6 +407,16 @@ enum tq_status tq_encode_unpacked_threads(const struct tq_quantizer *q,
     const float *x, size_t n, unsigned threads, uint8_t *codes,
     float *factors);
 
+/*
+ * The same, also writing each row's rho (encode.c; tq(5) WDTH) into
+ * rho[0 .. n) as f16 bits.
+ */
+enum tq_status tq_encode_unpacked_rho(const struct tq_quantizer *q,
+    const float *x, size_t n, unsigned threads, uint8_t *codes,
+    float *factors, uint16_t *rho);
+/* x (>= 0) as the smallest f16 no smaller than x, as bits. */
+uint16_t tq_f16_up(float x);
+
 /* Packs/unpacks one vector's codes for the row (stream) format. */
 void tq_pack_row(const struct tq_quantizer *q, const uint8_t *codes,
     uint8_t *packed);
@@ -554,6 +569,7 @@ struct tq_part {
 	const uint8_t *orig;		/* n * dim * (4 or 2), or NULL */
 	const uint8_t *tomb;		/* ceil(n/8) bytes, or NULL */
 	const uint8_t *list;		/* IVF: nlist + 1 u64 local offsets */
+	const uint8_t *wdth;		/* n f16 rho (WDTH), or NULL */
 	uint64_t live;			/* rows not deleted */
 };
 

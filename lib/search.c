@@ -56,6 +56,9 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -111,6 +114,16 @@
 #define REFINE_TILE_MAX (1u << 18)
 /* Rows the refinement scores at once. */
 #define REFINE_ROWS 4
+/*
+ * Error-bounded re-rank (oversample TQ_OVERSAMPLE_AUTO): the scan keeps
+ * k * TQ_AUTO_CAP candidates; each gets its refined key and the half-width
+ * TQ_AUTO_Z * |q'| |s| rho / sqrt(d - 1) (tq(5), "Error bound"; twice
+ * that for l2), and they are re-ranked best upper bound first until the
+ * next upper bound falls below the k-th exact key.  The originals of
+ * AUTO_ROUND candidates are asked for together (madvise) before they are
+ * read, so a cold query waits for one round of reads at a time.
+ */
+#define AUTO_ROUND 16
 
 void
 tq_search_params_default(struct tq_search_params *p)
@@ -120,7 +133,24 @@ tq_search_params_default(struct tq_search_params *p)
 	p->threads = 0;
 	p->allow = NULL;
 	p->probes = 0;
+	p->stats = NULL;
 }
+
+/* Seconds of a monotonic clock, for struct tq_search_stats. */
+static double
+now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/*
+ * MSE distortion of a unit vector under the Lloyd-Max codebook of 1..4
+ * bits (Gaussian limit of the coordinate law): |u - yhat|^2.
+ */
+static const double distortion[5] = { 0, 0.3634, 0.1175, 0.03454, 0.009497 };
 
 /* ------------------------------------------------------------------------ */
 /* Tables                                                                    */
@@ -444,6 +474,14 @@ struct ctx {
 	const struct seg *segs;
 	size_t nseg;
 	float rmargin;		/* block-mode range search: its margin */
+	int timed;		/* stats asked: time the phases */
+	/* Error-bounded re-rank: on; each query's |q'| z / sqrt(d - 1)
+	   (twice for l2); rho of rows without their own. */
+	int autor;
+	const float *qh;
+	float rho_g;
+	float *qerr;		/* each query's table bound (tq_lut err) */
+	uintptr_t page;		/* the page size, for madvise */
 };
 
 /* Candidate t of query q of a tile, row `row`. */
@@ -474,6 +512,15 @@ struct worker {
 	size_t nhits, caphits;
 	int nomem;		/* a block-mode range scan ran out */
 	struct seg *segs;	/* a query's segments (probes of them) */
+	struct tq_search_stats st;	/* this worker's share */
+	struct acand *ac;	/* auto re-rank: kc candidates */
+	float *ark;		/* a round's refined upper bounds */
+};
+
+/* A candidate of the error-bounded re-rank: upper bound, h, row. */
+struct acand {
+	float up, h;
+	uint64_t row;
 };
 
 struct hit {
@@ -643,7 +690,7 @@ cand_push(const struct tq_index *ix, struct tq_topk *h, float key,
  * Offers the rows of block blk (kernel sums acc) for query i of the chunk
  * to heap h; rows outside segment sg are skipped.
  */
-static inline void
+static inline unsigned
 block_push(const struct ctx *c, const struct tq_lut *t, size_t i,
     uint64_t blk, const uint32_t *acc, const struct seg *sg,
     struct tq_topk *h)
@@ -651,12 +698,13 @@ block_push(const struct ctx *c, const struct tq_lut *t, size_t i,
 	uint64_t row = blk * TQ_BLOCK;
 	uint32_t mask, above;
 	float key[TQ_BLOCK];
-	unsigned j;
+	unsigned j, offered;
 
 	/* The heap's root is its worst entry. */
 	(void)block_keys(c, sg->p, t, i, blk, acc, h->len == h->k ?
 	    h->key[0] : -INFINITY, key, &mask, &above);
 	mask &= row_window(blk, sg->r0, sg->r1);
+	offered = (unsigned)__builtin_popcount(mask);
 	if (h->len == h->k)
 		mask &= above;
 	for (; mask != 0; mask &= mask - 1) {
@@ -665,6 +713,7 @@ block_push(const struct ctx *c, const struct tq_lut *t, size_t i,
 			continue;
 		cand_push(c->ix, h, key[j], row + j);
 	}
+	return offered;
 }
 
 /* The kernel's sums of blocks [b, b + nb) for one query's tables t. */
@@ -700,8 +749,8 @@ scan_range(struct worker *w, const struct tq_lut *t, size_t i, uint64_t b0,
 	for (b = b0; (nb = next_run(c, sg->p, &b, b1)) > 0; b += nb) {
 		scan_one(c, sg->p, t, b, nb, w->acc);
 		for (size_t bi = 0; bi < nb; bi++)
-			block_push(c, t, i, b + bi, w->acc + bi * TQ_BLOCK, sg,
-			    h);
+			w->st.rows_scanned += block_push(c, t, i, b + bi,
+			    w->acc + bi * TQ_BLOCK, sg, h);
 	}
 }
 
@@ -744,8 +793,9 @@ scan_range_multi(struct worker *w, const struct tq_lut *t, size_t i,
 		}
 		for (j = 0; j < m; j++)
 			for (size_t bi = 0; bi < nb; bi++)
-				block_push(c, &t[j], i + j, b + bi, w->acc +
-				    j * stride + bi * TQ_BLOCK, sg, &h[j]);
+				w->st.rows_scanned += block_push(c, &t[j],
+				    i + j, b + bi, w->acc + j * stride +
+				    bi * TQ_BLOCK, sg, &h[j]);
 	}
 }
 
@@ -942,6 +992,159 @@ prefetch_original(const struct ctx *c, uint64_t r)
 		__builtin_prefetch((const void *)(p + o));
 }
 
+/* Writes the results of query i from w->fin, best first. */
+static void
+finish_out(struct worker *w, size_t i)
+{
+	const struct ctx *c = w->c;
+	uint64_t *ids = c->ids + i * c->k;
+	float *scores = c->scores + i * c->k;
+
+	tq_topk_sort(&w->fin);
+	for (uint32_t t = 0; t < c->k; t++) {
+		if (t < w->fin.len) {
+			ids[t] = w->fin.id[t];
+			scores[t] = c->metric == TQ_METRIC_L2 ?
+			    -w->fin.key[t] : w->fin.key[t];
+		} else {
+			ids[t] = UINT64_MAX;
+			scores[t] = NAN;
+		}
+	}
+	w->st.results += w->fin.len < c->k ? w->fin.len : c->k;
+}
+
+/* Row r's rho (WDTH), or the global one where it has none. */
+static inline float
+row_rho(const struct ctx *c, uint64_t r)
+{
+	const struct tq_part *p = tq_part_of_row(c->ix, r);
+	float v;
+
+	if (p->wdth == NULL)
+		return c->rho_g;
+	v = tq_f16_to_f32(rd_le16(p->wdth + 2 * (r - p->row0)));
+	return v >= 0.0f && v < INFINITY ? v : c->rho_g;
+}
+
+/* Higher upper bound first, then smaller row. */
+static int
+cmp_acand(const void *a, const void *b)
+{
+	const struct acand *x = a, *y = b;
+
+	if (x->up != y->up)
+		return x->up > y->up ? -1 : 1;
+	return x->row < y->row ? -1 : x->row > y->row;
+}
+
+/* Asks the kernel to read the pages of row r's original (madvise). */
+static void
+advise_row(const struct ctx *c, uint64_t r)
+{
+	size_t len = (size_t)c->dim * (c->ix->originals == TQ_ORIG_F16 ? 2 :
+	    4);
+	uintptr_t a = (uintptr_t)row_orig(c, r), a0;
+
+	a0 = a & ~(c->page - 1);
+	(void)madvise((void *)a0, a + len - a0, MADV_WILLNEED);
+}
+
+/*
+ * Error-bounded re-rank of query i's candidates.  Each gets an upper
+ * bound from its scan key: the key plus h plus |s| times the table bound
+ * E of the query (l2: twice), then they are taken best upper bound first
+ * (ties by row) in rounds of AUTO_ROUND: those whose bound still reaches
+ * the worst of the k exact keys kept are scored again with unrounded
+ * tables, which tightens the bound to the refined key plus h; the
+ * originals of those that still pass are asked for together, then
+ * scored while they pass.  The first upper bound below the worst kept
+ * ends it (the bounds that follow are lower).
+ */
+static void
+finish_auto(struct worker *w, size_t i, const struct tq_topk *cand)
+{
+	const struct ctx *c = w->c;
+	const float *qv = c->qv + i * c->dim;
+	struct acand *ac = w->ac;
+	float *hw = w->ark;
+	uint32_t n = cand->len, t, e, nr, nref = 0, done = 0;
+	size_t qi[REFINE_ROWS] = { i, i, i, i };
+	int l2 = c->metric == TQ_METRIC_L2;
+	float qh = c->qh[i], te = c->qerr[i] * (l2 ? 2.0f : 1.0f) * 1.001f;
+	float slack = l2 ? c->qn2[i] : 0.0f;
+	double t0 = c->timed ? now() : 0.0, tr = 0.0;
+
+	tq_topk_reset(&w->fin);
+	for (t = 0; t < n; t++) {
+		uint64_t r = cand->id[t];
+		float s = fabsf(blk_factors(tq_part_of_row(c->ix, r),
+		    r / TQ_BLOCK)[r % TQ_BLOCK]);
+
+		/* h, and the float rounding of the keys. */
+		ac[t].h = qh * s * row_rho(c, r) + 1e-5f * (fabsf(
+		    cand->key[t]) + slack) + 1e-30f;
+		ac[t].up = cand->key[t] + ac[t].h + s * te;
+		ac[t].row = r;
+	}
+	qsort(ac, n, sizeof(*ac), cmp_acand);
+#define FULL_ABOVE(u) (w->fin.len == c->k && (u) < w->fin.key[0])
+	for (t = 0; t < n && !FULL_ABOVE(ac[t].up); t += nr) {
+		uint64_t rows[AUTO_ROUND];
+		float rk[AUTO_ROUND];
+		uint32_t pass[AUTO_ROUND], np = 0;
+
+		double t1 = c->timed ? now() : 0.0;
+
+		for (nr = 0; t + nr < n && nr < AUTO_ROUND &&
+		    !FULL_ABOVE(ac[t + nr].up); nr++)
+			rows[nr] = ac[t + nr].row;
+		for (e = 0; e < nr; e += REFINE_ROWS)
+			refined_keys(c, w, qi, rows + e, nr - e < REFINE_ROWS ?
+			    nr - e : REFINE_ROWS, rk + e);
+		nref += nr;
+		for (e = 0; e < nr; e++) {
+			hw[e] = rk[e] + ac[t + e].h;
+			if (!FULL_ABOVE(hw[e])) {
+				pass[np++] = e;
+				advise_row(c, rows[e]);
+			}
+		}
+		for (e = 0; e < np && e < RERANK_AHEAD; e++)
+			prefetch_original(c, rows[pass[e]]);
+		if (c->timed)
+			tr += now() - t1;
+		for (e = 0; e < np; e++) {
+			uint64_t id;
+			float key;
+
+			if (FULL_ABOVE(hw[pass[e]]))
+				continue;
+			if (e + RERANK_AHEAD < np)
+				prefetch_original(c, rows[pass[e +
+				    RERANK_AHEAD]]);
+			exact_keys(c, w, qv, &rows[pass[e]], 1, &key);
+			done++;
+			id = tq_index_id(c->ix, rows[pass[e]]);
+			if (c->ix->dups > 1 && has_id(&w->fin, id))
+				continue;
+			tq_topk_push(&w->fin, key, id);
+		}
+	}
+#undef FULL_ABOVE
+	w->st.candidates += n;
+	w->st.refined += nref;
+	w->st.reranked += done;
+	w->st.originals_read += done;
+	w->st.originals_bytes += (uint64_t)done * c->dim *
+	    (c->ix->originals == TQ_ORIG_F16 ? 2 : 4);
+	finish_out(w, i);
+	if (c->timed) {
+		w->st.t_refine += tr;
+		w->st.t_rerank += now() - t0 - tr;
+	}
+}
+
 /*
  * Turns the candidates of query i into its k results, best first; pre,
  * if not NULL, holds the candidates' refined keys (refine_tile).
@@ -952,14 +1155,27 @@ finish(struct worker *w, size_t i, const struct tq_topk *cand,
 {
 	const struct ctx *c = w->c;
 	const float *qv = c->qv + i * c->dim;
-	uint64_t *ids = c->ids + i * c->k;
-	float *scores = c->scores + i * c->k;
 	float rk[REFINE_ROWS];	/* refined keys of candidates t - t % 4 .. */
 	float xk[RERANK_ROWS];	/* exact keys of candidates t - t % 4 .. */
 	size_t qi[REFINE_ROWS] = { i, i, i, i };
 	uint32_t t, e;
+	double t0;
 
+	if (c->autor) {
+		finish_auto(w, i, cand);
+		return;
+	}
+	t0 = c->timed ? now() : 0.0;
 	tq_topk_reset(&w->fin);
+	w->st.candidates += cand->len;
+	if (c->rerank) {
+		w->st.reranked += cand->len;
+		w->st.originals_read += cand->len;
+		w->st.originals_bytes += (uint64_t)cand->len * c->dim *
+		    (c->ix->originals == TQ_ORIG_F16 ? 2 : 4);
+	} else {
+		w->st.refined += cand->len;
+	}
 	/*
 	 * Re-rank: the originals of the next RERANK_AHEAD candidates are
 	 * requested while others are scored, so their misses overlap.  The
@@ -1008,16 +1224,12 @@ finish(struct worker *w, size_t i, const struct tq_topk *cand,
 			continue;
 		tq_topk_push(&w->fin, key, id);
 	}
-	tq_topk_sort(&w->fin);
-	for (t = 0; t < c->k; t++) {
-		if (t < w->fin.len) {
-			ids[t] = w->fin.id[t];
-			scores[t] = c->metric == TQ_METRIC_L2 ?
-			    -w->fin.key[t] : w->fin.key[t];
-		} else {
-			ids[t] = UINT64_MAX;
-			scores[t] = NAN;
-		}
+	finish_out(w, i);
+	if (c->timed) {
+		if (c->rerank)
+			w->st.t_rerank += now() - t0;
+		else
+			w->st.t_refine += now() - t0;
 	}
 }
 
@@ -1094,6 +1306,7 @@ range_collect(struct worker *w, const struct tq_lut *t, size_t i,
 			    &above);
 
 			mask &= row_window(b + bi, sg->r0, sg->r1);
+			w->st.rows_scanned += (unsigned)__builtin_popcount(mask);
 			for (j = 0; j < nj; j++) {
 				float m = fabsf(fs[j]) * margin_q;
 
@@ -1122,7 +1335,17 @@ range_finish(struct worker *w, size_t i)
 	const struct tq_index *ix = c->ix;
 	struct rres *res = &c->rres[i];
 	size_t e, kept = 0;
+	double t0 = c->timed ? now() : 0.0;
 
+	w->st.candidates += w->nhits;
+	if (ix->originals != TQ_ORIG_NONE) {
+		w->st.reranked += w->nhits;
+		w->st.originals_read += w->nhits;
+		w->st.originals_bytes += (uint64_t)w->nhits * c->dim *
+		    (ix->originals == TQ_ORIG_F16 ? 2 : 4);
+	} else {
+		w->st.refined += w->nhits;
+	}
 	for (e = 0; e < w->nhits; e++) {
 		uint64_t r = w->hits[e].id;
 		float key;
@@ -1151,6 +1374,13 @@ range_finish(struct worker *w, size_t i)
 	if (c->rmax > 0 && kept > c->rmax)
 		kept = c->rmax;
 	res->n = kept;
+	w->st.results += kept;
+	if (c->timed) {
+		if (ix->originals != TQ_ORIG_NONE)
+			w->st.t_rerank += now() - t0;
+		else
+			w->st.t_refine += now() - t0;
+	}
 	if (kept > 0) {
 		if ((res->h = tq_mallocarray(kept, sizeof(*res->h))) == NULL) {
 			res->nomem = 1;
@@ -1168,9 +1398,12 @@ range_one(struct worker *w, size_t i)
 	struct tq_lut *t = &w->lut[0];
 	size_t nseg;
 	float margin_q;
+	double t0 = c->timed ? now() : 0.0, t1;
 
 	tq_lut_build(c->q, c->rq + i * c->dim, t);
 	margin_q = range_margin(c, t, i);
+	t1 = c->timed ? now() : 0.0;
+	w->st.t_tables += t1 - t0;
 	w->nhits = 0;
 	nseg = query_segs(c, i, w->segs);
 	for (size_t e = 0; e < nseg; e++)
@@ -1179,6 +1412,8 @@ range_one(struct worker *w, size_t i)
 			c->rres[i].nomem = 1;
 			return;
 		}
+	if (c->timed)
+		w->st.t_scan += now() - t1;
 	range_finish(w, i);
 }
 
@@ -1197,6 +1432,7 @@ run(void *arg)
 	if (w->by_blocks) {
 		/* Blocks [b0, b1) of the concatenated segments. */
 		uint64_t v = 0;
+		double t0 = c->timed ? now() : 0.0;
 
 		tq_topk_reset(&w->cand[0]);
 		w->nhits = 0;
@@ -1216,18 +1452,27 @@ run(void *arg)
 				    sg->b0 + hi - v, sg, &w->cand[0]);
 			v += len;
 		}
+		if (c->timed)
+			w->st.t_scan += now() - t0;
 		return NULL;
 	}
 	if (c->ix->nlist > 0) {
 		/* IVF: every query its own lists. */
 		for (i = w->q0; i < w->q1; i++) {
+			double t0 = c->timed ? now() : 0.0, t1;
+
 			ns = query_segs(c, i, w->segs);
 
 			tq_lut_build(c->q, c->rq + i * c->dim, &w->lut[0]);
+			c->qerr[i] = w->lut[0].err;
+			t1 = c->timed ? now() : 0.0;
+			w->st.t_tables += t1 - t0;
 			tq_topk_reset(&w->cand[0]);
 			for (size_t e = 0; e < ns; e++)
 				scan_range(w, &w->lut[0], i, w->segs[e].b0,
 				    w->segs[e].b1, &w->segs[e], &w->cand[0]);
+			if (c->timed)
+				w->st.t_scan += now() - t1;
 			finish(w, i, &w->cand[0], NULL);
 		}
 		return NULL;
@@ -1236,12 +1481,16 @@ run(void *arg)
 	for (i = w->q0; i < w->q1; i += c->qtile) {
 		size_t m = w->q1 - i < c->qtile ? w->q1 - i : c->qtile, j;
 		uint64_t b, step = c->tile_blocks;
+		double t0 = c->timed ? now() : 0.0, t1;
 
 		for (j = 0; j < m; j++) {
 			tq_lut_build(c->q, c->rq + (i + j) * c->dim,
 			    &w->lut[j]);
+			c->qerr[i + j] = w->lut[j].err;
 			tq_topk_reset(&w->cand[j]);
 		}
+		t1 = c->timed ? now() : 0.0;
+		w->st.t_tables += t1 - t0;
 		for (size_t g = 0; g < ns; g++) {
 			const struct seg *sg = &w->segs[g];
 
@@ -1260,8 +1509,13 @@ run(void *arg)
 						    b, e, sg, &w->cand[j]);
 			}
 		}
-		if (!c->rerank && w->rcs != NULL)
+		t0 = c->timed ? now() : 0.0;
+		w->st.t_scan += t0 - t1;
+		if (!c->rerank && w->rcs != NULL) {
 			refine_tile(w, i, m);
+			if (c->timed)
+				w->st.t_refine += now() - t0;
+		}
 		for (j = 0; j < m; j++)
 			finish(w, i + j, &w->cand[j], !c->rerank && w->rcs !=
 			    NULL ? w->rkey + j * w->kc : NULL);
@@ -1312,6 +1566,8 @@ struct scratch {
 	struct worker *w;
 	unsigned nw;
 	float *qv, *rq, *qc, *qn2;
+	float *qh;		/* auto re-rank: see struct ctx */
+	float *qerr;
 	uint32_t *probe;	/* chunk * probes */
 	struct seg *segs;	/* probes */
 };
@@ -1333,6 +1589,8 @@ scratch_free(struct scratch *s)
 			free(s->w[t].codes);
 			free(s->w[t].row);
 			free(s->w[t].hits);
+			free(s->w[t].ac);
+			free(s->w[t].ark);
 			tq_topk_free(&s->w[t].fin);
 		}
 	free(s->w);
@@ -1340,6 +1598,8 @@ scratch_free(struct scratch *s)
 	free(s->rq);
 	free(s->qc);
 	free(s->qn2);
+	free(s->qh);
+	free(s->qerr);
 	free(s->probe);
 	free(s->segs);
 }
@@ -1347,7 +1607,7 @@ scratch_free(struct scratch *s)
 static enum tq_status
 scratch_alloc(struct scratch *s, const struct tq_quantizer *q, unsigned nw,
     size_t chunk, uint32_t kc, uint32_t kf, int cosine, uint32_t probes,
-    uint32_t nparts)
+    uint32_t nparts, int autor)
 {
 	size_t nseg = (probes > 0 ? probes : 1) * (size_t)nparts;
 
@@ -1394,6 +1654,13 @@ scratch_alloc(struct scratch *s, const struct tq_quantizer *q, unsigned nw,
 			TQ_TRY(tq_topk_init(&w->cand[j], kc));
 		}
 		TQ_TRY(tq_topk_init(&w->fin, kf));
+		if (autor) {
+			w->ac = tq_mallocarray(kc, sizeof(*w->ac));
+			w->ark = tq_mallocarray(AUTO_ROUND, sizeof(*w->ark));
+			if (w->ac == NULL || w->ark == NULL)
+				return tq_fail(TQ_ERR_NOMEM, "search: "
+				    "candidates");
+		}
 		/*
 		 * A tile's candidates for refine_tile, unless that is a lot of
 		 * memory (large k): then each query refines its own.
@@ -1410,6 +1677,10 @@ scratch_alloc(struct scratch *s, const struct tq_quantizer *q, unsigned nw,
 	s->rq = tq_mallocarray(chunk * q->dim, sizeof(*s->rq));
 	s->qc = tq_mallocarray(chunk, sizeof(*s->qc));
 	s->qn2 = tq_mallocarray(chunk, sizeof(*s->qn2));
+	s->qh = tq_mallocarray(chunk, sizeof(*s->qh));
+	s->qerr = tq_mallocarray(chunk, sizeof(*s->qerr));
+	if (s->qh == NULL || s->qerr == NULL)
+		return tq_fail(TQ_ERR_NOMEM, "search: query buffers");
 	if (cosine)
 		s->qv = tq_mallocarray(chunk * q->dim, sizeof(*s->qv));
 	s->segs = tq_mallocarray(nseg, sizeof(*s->segs));
@@ -1433,9 +1704,14 @@ prepare(const struct tq_quantizer *q, const float *qv, size_t m,
 	uint32_t dim = q->dim;
 	int cosine = q->metric == TQ_METRIC_COSINE;
 
+	double cc = 0.0;
+
+	if (q->centre != NULL)
+		for (uint32_t d = 0; d < dim; d++)
+			cc += (double)q->centre[d] * (double)q->centre[d];
 	for (size_t i = 0; i < m; i++) {
 		const float *x = qv + i * dim;
-		double qc = 0.0, n2 = 0.0;
+		double qc = 0.0, n2 = 0.0, qq;
 		uint32_t d;
 
 		if (cosine) {
@@ -1450,15 +1726,56 @@ prepare(const struct tq_quantizer *q, const float *qv, size_t m,
 				qc += (double)x[d] * (double)q->centre[d];
 		s->qc[i] = (float)qc;
 		s->qn2[i] = (float)n2;
+		/*
+		 * |q - c|^2 of the query as scored (unit for cosine), a
+		 * little over for the rounding; the bound's per-query part.
+		 */
+		qq = (cosine ? (n2 > 0.0 ? 1.0 : 0.0) : n2) - 2.0 * qc + cc;
+		s->qh[i] = (float)(TQ_AUTO_Z * sqrt(qq > 0.0 ? qq : 0.0) *
+		    (1.0 + 1e-6) / sqrt(dim > 1 ? (double)dim - 1.0 : 1.0) *
+		    (q->metric == TQ_METRIC_L2 ? 2.0 : 1.0));
 	}
 	if (cosine)
 		qv = s->qv;
 	tq_rotate(q, qv, m, s->rq);
 	c->qv = qv;
+	c->qh = s->qh;
+	c->qerr = s->qerr;
 	if (c->probes > 0)
 		return tq_ivf_nearest(&q->ivf, dim, qv, m, 0,
 		    q->metric == TQ_METRIC_IP, c->probes, s->probe, NULL);
 	return TQ_OK;
+}
+
+/*
+ * Fills *out (if not NULL) with the sum of the workers' stats, the
+ * queries, the lists probed and the time of preparing the queries.
+ */
+static void
+stats_collect(const struct scratch *s, struct tq_search_stats *out,
+    size_t nq, uint32_t probes, double t_prepare)
+{
+	if (out == NULL)
+		return;
+	memset(out, 0, sizeof(*out));
+	out->queries = nq;
+	out->lists_probed = (uint64_t)nq * probes;
+	out->t_prepare = t_prepare;
+	for (unsigned t = 0; t < s->nw; t++) {
+		const struct tq_search_stats *w = &s->w[t].st;
+
+		out->rows_scanned += w->rows_scanned;
+		out->candidates += w->candidates;
+		out->refined += w->refined;
+		out->reranked += w->reranked;
+		out->originals_read += w->originals_read;
+		out->originals_bytes += w->originals_bytes;
+		out->results += w->results;
+		out->t_tables += w->t_tables;
+		out->t_scan += w->t_scan;
+		out->t_refine += w->t_refine;
+		out->t_rerank += w->t_rerank;
+	}
 }
 
 /* Lists a query probes: p->probes, or the default share; <= nlist. */
@@ -1486,12 +1803,16 @@ run_split(struct ctx *c, struct scratch *s, size_t i)
 	struct worker *w0 = &s->w[0];
 	uint64_t vb = 0;
 	unsigned n = s->nw, t;
+	double t0 = c->timed ? now() : 0.0;
 
 	tq_lut_build(c->q, c->rq + i * c->dim, &w0->lut[0]);
+	c->qerr[i] = w0->lut[0].err;
 	c->query = i;
 	c->lut = &w0->lut[0];
 	if (c->range)
 		c->rmargin = range_margin(c, &w0->lut[0], i);
+	if (c->timed)
+		w0->st.t_tables += now() - t0;
 	c->nseg = query_segs(c, i, s->segs);
 	c->segs = s->segs;
 	for (size_t e = 0; e < c->nseg; e++)
@@ -1567,6 +1888,7 @@ tq_search(const struct tq_index *ix, const float *queries, size_t nq,
 	unsigned nw;
 	uint32_t probes;
 	int cosine;
+	double tprep = 0.0, t0;
 	enum tq_status st;
 
 	if (ix == NULL || (nq > 0 && (queries == NULL || ids == NULL ||
@@ -1580,6 +1902,9 @@ tq_search(const struct tq_index *ix, const float *queries, size_t nq,
 		return tq_fail(TQ_ERR_ARG, "k must be at least 1");
 	if (isnan(p->oversample))
 		return tq_fail(TQ_ERR_ARG, "oversample is NaN");
+	if (p->oversample < 0.0f && ix->originals == TQ_ORIG_NONE)
+		return tq_fail(TQ_ERR_NOORIG, "re-rank (oversample auto) needs "
+		    "the originals, and the index has none");
 	if (p->oversample > 1.0f && ix->originals == TQ_ORIG_NONE)
 		return tq_fail(TQ_ERR_NOORIG, "re-rank (oversample %g) needs "
 		    "the originals, and the index has none",
@@ -1590,8 +1915,11 @@ tq_search(const struct tq_index *ix, const float *queries, size_t nq,
 	q = ix->q;
 	dim = q->dim;
 	TQ_TRY(check_queries(queries, nq, dim));
-	if (nq == 0)
+	if (nq == 0) {
+		if (p->stats != NULL)
+			memset(p->stats, 0, sizeof(*p->stats));
 		return TQ_OK;
+	}
 
 	/*
 	 * Candidates: k * oversample for re-rank, else k * REFINE for the
@@ -1600,7 +1928,8 @@ tq_search(const struct tq_index *ix, const float *queries, size_t nq,
 	kf = ix->n < p->k ? (uint32_t)ix->n : p->k;
 	kc = kf;
 	{
-		double want = ceil((double)p->k * (p->oversample > 1.0f ?
+		double want = ceil((double)p->k * (p->oversample < 0.0f ?
+		    TQ_AUTO_CAP : p->oversample > 1.0f ?
 		    (double)p->oversample : REFINE));
 
 		if (want > (double)ix->n)
@@ -1630,7 +1959,7 @@ tq_search(const struct tq_index *ix, const float *queries, size_t nq,
 	cosine = q->metric == TQ_METRIC_COSINE;
 
 	st = scratch_alloc(&s, q, nw, chunk, kc, kf, cosine, probes,
-	    ix->nparts);
+	    ix->nparts, p->oversample < 0.0f);
 	if (st != TQ_OK) {
 		scratch_free(&s);
 		return st;
@@ -1642,7 +1971,14 @@ tq_search(const struct tq_index *ix, const float *queries, size_t nq,
 	c.metric = q->metric;
 	c.dim = dim;
 	c.k = p->k;
-	c.rerank = p->oversample > 1.0f;
+	c.rerank = p->oversample > 1.0f || p->oversample < 0.0f;
+	c.autor = p->oversample < 0.0f;
+	c.page = (uintptr_t)sysconf(_SC_PAGESIZE);
+	{
+		double dd = distortion[q->bits];
+
+		c.rho_g = (float)sqrt(dd / (1.0 - dd));
+	}
 	c.allow = p->allow != NULL ? p->allow->words : NULL;
 	c.masked = c.allow != NULL || ix->live < ix->n;
 	c.rq = s.rq;
@@ -1654,18 +1990,24 @@ tq_search(const struct tq_index *ix, const float *queries, size_t nq,
 		c.tile_blocks = 1;
 	c.probes = probes;
 	c.probe = s.probe;
+	c.timed = p->stats != NULL;
 	for (i = 0; i < nw; i++)
 		s.w[i].c = &c;
 
 	for (c0 = 0; c0 < nq; c0 += chunk) {
 		size_t m = nq - c0 < chunk ? nq - c0 : chunk;
 
-		if ((st = prepare(q, queries + c0 * dim, m, &s, &c)) != TQ_OK)
+		t0 = c.timed ? now() : 0.0;
+		st = prepare(q, queries + c0 * dim, m, &s, &c);
+		if (c.timed)
+			tprep += now() - t0;
+		if (st != TQ_OK)
 			break;
 		c.ids = ids + c0 * p->k;
 		c.scores = scores + c0 * p->k;
 		search_chunk(&c, &s, m);
 	}
+	stats_collect(&s, p->stats, nq, probes, tprep);
 	scratch_free(&s);
 	return st;
 }
@@ -1673,11 +2015,6 @@ tq_search(const struct tq_index *ix, const float *queries, size_t nq,
 /* ------------------------------------------------------------------------ */
 /* Range search                                                              */
 
-/*
- * MSE distortion of a unit vector under the Lloyd-Max codebook of 1..4
- * bits (Gaussian limit of the coordinate law): |u - yhat|^2.
- */
-static const double distortion[5] = { 0, 0.3634, 0.1175, 0.03454, 0.009497 };
 
 void
 tq_range_free(struct tq_range *r)
@@ -1728,7 +2065,7 @@ tq_search_range(const struct tq_index *ix, const float *queries, size_t nq,
 	struct rres *rres = NULL;
 	size_t chunk, c0, i, total = 0, cap = 0;
 	unsigned nw, t;
-	double dd;
+	double dd, tprep = 0.0, t0;
 	enum tq_status st;
 
 	if (out == NULL)
@@ -1750,8 +2087,11 @@ tq_search_range(const struct tq_index *ix, const float *queries, size_t nq,
 	out->nq = nq;
 	if ((out->off = tq_callocarray(nq + 1, sizeof(size_t))) == NULL)
 		return tq_fail(TQ_ERR_NOMEM, "out of memory");
-	if (nq == 0)
+	if (nq == 0) {
+		if (p->stats != NULL)
+			memset(p->stats, 0, sizeof(*p->stats));
 		return TQ_OK;
+	}
 
 	chunk = QCHUNK_FLOATS / q->dim;
 	if (chunk > QCHUNK_MAX)
@@ -1765,7 +2105,8 @@ tq_search_range(const struct tq_index *ix, const float *queries, size_t nq,
 	if (nw > 1024)
 		nw = 1024;
 	st = scratch_alloc(&s, q, nw, chunk, 1, 1,
-	    q->metric == TQ_METRIC_COSINE, resolve_probes(ix, p), ix->nparts);
+	    q->metric == TQ_METRIC_COSINE, resolve_probes(ix, p), ix->nparts,
+	    0);
 	if (st == TQ_OK && (rres = tq_callocarray(chunk, sizeof(*rres))) ==
 	    NULL)
 		st = tq_fail(TQ_ERR_NOMEM, "out of memory");
@@ -1789,6 +2130,7 @@ tq_search_range(const struct tq_index *ix, const float *queries, size_t nq,
 	c.rkey = q->metric == TQ_METRIC_L2 ? -radius : radius;
 	c.rmax = max;
 	c.rres = rres;
+	c.timed = p->stats != NULL;
 	/* Error std of <R q, yhat> s / |q|: sqrt(D / (1 - D) / d). */
 	dd = distortion[q->bits];
 	c.rsigma = (float)(RANGE_Z * sqrt(dd / (1.0 - dd) / (double)q->dim));
@@ -1801,8 +2143,11 @@ tq_search_range(const struct tq_index *ix, const float *queries, size_t nq,
 		size_t m = nq - c0 < chunk ? nq - c0 : chunk;
 		unsigned n = nw < m ? nw : (unsigned)m;
 
-		if ((st = prepare(q, queries + c0 * q->dim, m, &s, &c)) !=
-		    TQ_OK)
+		t0 = c.timed ? now() : 0.0;
+		st = prepare(q, queries + c0 * q->dim, m, &s, &c);
+		if (c.timed)
+			tprep += now() - t0;
+		if (st != TQ_OK)
 			break;
 		memset(rres, 0, m * sizeof(*rres));
 		if (m >= nw) {
@@ -1855,6 +2200,7 @@ tq_search_range(const struct tq_index *ix, const float *queries, size_t nq,
 		if (st != TQ_OK)
 			break;
 	}
+	stats_collect(&s, p->stats, nq, c.probes, tprep);
 fail:
 	free(rres);
 	scratch_free(&s);

@@ -675,20 +675,96 @@ enum tq_status tq_filter_create(const struct tq_index *ix,
 uint64_t tq_filter_count(const struct tq_filter *f);
 void tq_filter_free(struct tq_filter *f);
 
+struct tq_search_stats;
 struct tq_search_params {
 	uint32_t k;		/* results per query, >= 1 */
 	float oversample;	/* > 1: re-rank k*oversample candidates exactly
-				   from the stored originals; <= 1: no re-rank */
+				   from the stored originals; 0 .. 1: no
+				   re-rank; < 0 (TQ_OVERSAMPLE_AUTO): the
+				   error-bounded re-rank below */
 	unsigned threads;	/* 0 = all cores; results never depend on it */
 	const struct tq_filter *allow;	/* NULL: every live row; else only
 				   the rows it allows (built for this index) */
 	uint32_t probes;	/* IVF index: lists scanned per query, the
 				   nearest to it; 0 = TQ_PROBES_AUTO; more
 				   than the lists = all.  Flat: ignored */
+	struct tq_search_stats *stats;	/* NULL, or filled by the search
+				   (below); the caller owns it */
 };
+/*
+ * What one call of tq_search or tq_search_range did, when
+ * p->stats is not NULL: the call sets every field (the counts are
+ * not added to what the struct held).  The counts depend only on the
+ * index, the queries and the parameters: never on the threads, the scan
+ * kernel or how the queries are split into calls (summing the stats of
+ * the calls over parts of a query set gives those of one call over the
+ * whole).  The times do not: they are thread-seconds, summed over the
+ * threads that did the work, from a monotonic clock.
+ *
+ *   queries          queries searched
+ *   lists_probed     IVF: lists scanned, summed over the queries (each
+ *                    query scans min(probes, lists)); flat: 0
+ *   rows_scanned     rows whose estimate the scan computed and offered as
+ *                    candidates: live, allowed and in a probed list (a
+ *                    flat search without filter: live rows per query); a
+ *                    row copied to several probed lists counts per copy
+ *   candidates       candidates the scan kept for the next step, summed
+ *                    over the queries (at most k * oversample, or
+ *                    k * 4 without re-rank; for range search those
+ *                    within the loosened radius)
+ *   refined          candidates re-scored with float tables (no re-rank,
+ *                    or a range search without originals)
+ *   reranked         candidates scored exactly from their originals
+ *   originals_read   rows of originals read for that (= reranked)
+ *   originals_bytes  their bytes: rows * dim * 4 (f32) or * 2 (f16)
+ *   results          results returned (slots with an id, summed)
+ *   t_prepare        normalising, <q, c>, the rotation and choosing the
+ *                    lists, in the calling thread (seconds)
+ *   t_tables         building the query tables
+ *   t_scan           the scan: kernels, keys and candidate heaps
+ *   t_refine         the float-table re-scoring
+ *   t_rerank         the exact re-rank (reads of the originals
+ *                    included) and the final ordering
+ */
+struct tq_search_stats {
+	uint64_t queries;
+	uint64_t lists_probed;
+	uint64_t rows_scanned;
+	uint64_t candidates;
+	uint64_t refined;
+	uint64_t reranked;
+	uint64_t originals_read;
+	uint64_t originals_bytes;
+	uint64_t results;
+	double t_prepare;
+	double t_tables;
+	double t_scan;
+	double t_refine;
+	double t_rerank;
+};
+/*
+ * Error-bounded re-rank (oversample TQ_OVERSAMPLE_AUTO, needs originals):
+ * the scan keeps the best k * TQ_AUTO_CAP candidates by estimate (at most
+ * the rows), each with the upper bound key + h + |s| E: h = TQ_AUTO_Z
+ * |q - c| |s| rho / sqrt(d - 1) of tq(5) "Error bound", E the rounding
+ * bound of the query's tables (twice both for l2).  They are taken best
+ * upper bound first (ties by row): one whose bound still reaches the
+ * k-th best exact key so far is scored again with unrounded tables
+ * (its bound becomes that key + h) and, if it still reaches it, exactly
+ * from its original.  The re-rank stops as soon as the next upper bound
+ * is below the k-th best exact key:
+ * a true neighbour among the candidates is missed only if its estimate
+ * is more than h too low, which for one vector has a probability of at
+ * most about 0.13% (z = 3, one-sided).  The originals of each round of
+ * 16 candidates are asked of the kernel together (madvise WILLNEED) before
+ * they are read.  Results never depend on threads, kernels or batches.
+ */
+#define TQ_OVERSAMPLE_AUTO (-1.0f)
+#define TQ_AUTO_Z 3.0
+#define TQ_AUTO_CAP 16u
 /* The default probes: this share of the lists (at least 1). */
 #define TQ_PROBES_AUTO_DIV 16u
-/* k 10, oversample 1, threads 0, allow NULL, probes 0. */
+/* k 10, oversample 1, threads 0, allow NULL, probes 0, stats NULL. */
 void tq_search_params_default(struct tq_search_params *p);
 
 /*

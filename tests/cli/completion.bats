@@ -23,12 +23,13 @@ complete_words() {
 	printf '%s\n' "${COMPREPLY[@]}" | sed '/^$/d' | LC_ALL=C sort
 }
 
-# From the C file: "--name" or "--name:" (takes an argument), sorted.
+# From the C file: "--name" or "--name:" (takes an argument), sorted; an
+# optional argument (--stats[=batch]) is completed as a flag.
 c_longopts() {
 	sed -n '/^static const struct option longopts\[\] = {/,/^};/p' \
 	    "$TOP/cmd/$1.c" |
-	    sed -nE 's/.*\{ "([a-z0-9-]+)",[[:space:]]*(no|required)_argument.*/--\1 \2/p' |
-	    sed 's/ no$//; s/ required$/:/' | LC_ALL=C sort
+	    sed -nE 's/.*\{ "([a-z0-9-]+)",[[:space:]]*(no|required|optional)_argument.*/--\1 \2/p' |
+	    sed 's/ no$//; s/ optional$//; s/ required$/:/' | LC_ALL=C sort
 }
 
 # From the C file's getopt_long option string: "-x" or "-x:", sorted.

@@ -673,6 +673,9 @@ tqfile_cases() {
 	    '--like needs at least one label after the index' \
 	    tq-search --like lab.tqi
 	expect 2 'an empty label' 'an empty label' tq-search --like lab.tqi w1 ''
+	expect 2 "--stats takes no value or =batch, not 'ARG'" \
+	    "--stats takes no value or =batch, not 'all'" \
+	    tq-search --stats=all i.tqi
 	out_cases tq-search -i c.bin -o {} i.tqi
 	all_seen tq-search
 	[ ! -e out.tsv ] && [ ! -e out.ivecs ]

@@ -1,9 +1,9 @@
 /*
  * fuzz_index.c - an index file: tq_index_open, tq_file_info,
  * tq_file_verify, then a search of 2 queries with k = min(3, n), re-ranked
- * (oversample 2) when the index holds originals; with labels, the label
- * of each result and the row (and vector) that label finds.  tq_quantizer_load must
- * also accept or refuse it without harm.
+ * (oversample 2, then auto) when the index holds originals; with labels,
+ * the label of each result and the row (and vector) that label finds.
+ * tq_quantizer_load must also accept or refuse it without harm.
  */
 #include <math.h>
 
@@ -62,6 +62,11 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 		(void)tq_index_like(ix, "w1", 2, &found, &id, queries);
 		(void)tq_index_like(ix, "", 0, &found, &id, NULL);
+	}
+	/* The error-bounded re-rank reads WDTH, whatever its values. */
+	if (tq_index_originals(ix) != TQ_ORIG_NONE) {
+		sp.oversample = TQ_OVERSAMPLE_AUTO;
+		(void)tq_search(ix, queries, 2, &sp, ids, scores);
 	}
 	free(queries);
 	tq_index_close(ix);

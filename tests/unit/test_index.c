@@ -471,7 +471,7 @@ test_delete(void)
 	CHECK_OK(tq_index_delete(p2, del, nd, NULL, p2, &hit));
 	CHECK(hit == 0);
 	CHECK_OK(tq_file_info(p, &info));
-	CHECK(info.live == n && info.nsections == 9);
+	CHECK(info.live == n && info.nsections == 10);
 	/* Everything: refused, the file unchanged. */
 	{
 		uint64_t all[300];

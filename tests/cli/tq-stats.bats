@@ -1,0 +1,197 @@
+#!/usr/bin/env bats
+# tq-search --stats: the counts say what the search did, and do not
+# depend on threads, kernels or batches.
+
+load helpers
+
+setup_file() {
+	local F=$BATS_FILE_TMPDIR
+	mkfix "$F/c.bin" 24 1000 41 --clusters 10
+	mkfix "$F/q.bin" 24 37 42 --clusters 10
+	"$TQ_BIN/tq-build" -o "$F/flat.tqi" "$F/c.bin"
+	"$TQ_BIN/tq-build" -o "$F/f16.tqi" --originals f16 "$F/c.bin"
+	"$TQ_BIN/tq-fit" -i "$F/c.bin" --lists 8 -o "$F/ivf.tqq"
+	"$TQ_BIN/tq-build" -q "$F/ivf.tqq" -o "$F/ivf.tqi" "$F/c.bin"
+}
+
+setup() {
+	cd_tmp
+	F=$BATS_FILE_TMPDIR
+}
+
+# field NAME: the value of NAME in the JSON line $stderr (last line).
+field() {
+	tail -n 1 <<<"$stderr" | grep -o "\"$1\":[0-9.]*" | cut -d: -f2
+}
+
+# The counts of the last stats line (the times vary).
+counts() {
+	tail -n 1 <<<"$stderr" | sed 's/,"t_[a-z]*":[0-9.]*//g'
+}
+
+@test "tq-search --stats: flat, fixed oversample: every live row, k*f originals" {
+	run --separate-stderr "$TQ_BIN/tq-search" --stats -k 10 --oversample 3 -i "$F/q.bin" "$F/flat.tqi"
+	assert_status 0
+	assert_equal "$(wc -l <<<"$stderr")" 1
+	[[ "$stderr" == '{"queries":37,"lists_probed":0,"rows_scanned":37000,'* ]] || { show; false; }
+	assert_equal "$(field candidates)" $((37 * 30))
+	assert_equal "$(field reranked)" $((37 * 30))
+	assert_equal "$(field originals_read)" $((37 * 30))
+	assert_equal "$(field originals_bytes)" $((37 * 30 * 24 * 4))
+	assert_equal "$(field refined)" 0
+	assert_equal "$(field results)" $((37 * 10))
+	for t in t_prepare t_tables t_scan t_refine t_rerank t_wall; do
+		[ -n "$(field $t)" ] || { show; false; }
+	done
+	# f16 originals: half the bytes.
+	run --separate-stderr "$TQ_BIN/tq-search" --stats -k 10 --oversample 3 -i "$F/q.bin" "$F/f16.tqi"
+	assert_equal "$(field originals_bytes)" $((37 * 30 * 24 * 2))
+	# No re-rank: 4k candidates refined, no originals read.
+	run --separate-stderr "$TQ_BIN/tq-search" --stats -k 5 -i "$F/q.bin" "$F/flat.tqi"
+	assert_equal "$(field refined)" $((37 * 20))
+	assert_equal "$(field reranked)" 0
+	assert_equal "$(field originals_read)" 0
+	# Without --stats nothing is written on stderr.
+	run --separate-stderr "$TQ_BIN/tq-search" -k 5 -i "$F/q.bin" "$F/flat.tqi"
+	assert_equal "$stderr" ""
+}
+
+@test "tq-search --stats: counts equal across threads, kernels and batches" {
+	local ref k
+	run --separate-stderr "$TQ_BIN/tq-search" --stats --threads 1 --oversample 2.5 -i "$F/q.bin" "$F/ivf.tqi"
+	ref=$(counts)
+	for args in "--threads 2" "--threads 3 --batch 1" "--threads 2 --batch 5" "--threads 1 --batch 36"; do
+		for k in scalar avx2 avx512; do
+			run --separate-stderr env TQ_ISA=$k "$TQ_BIN/tq-search" --stats $args --oversample 2.5 -i "$F/q.bin" "$F/ivf.tqi"
+			assert_status 0
+			assert_equal "$(counts)" "$ref"
+		done
+	done
+	# --stats=batch: one line a batch, numbered, that add up to the run.
+	run --separate-stderr "$TQ_BIN/tq-search" --stats=batch --batch 10 --oversample 2.5 -i "$F/q.bin" "$F/ivf.tqi"
+	assert_status 0
+	assert_equal "$(wc -l <<<"$stderr")" 4
+	assert_equal "$(grep -o '"batch":[0-9]*' <<<"$stderr" | cut -d: -f2 | tr '\n' ' ')" "0 1 2 3 "
+	assert_equal "$(grep -o '"queries":[0-9]*' <<<"$stderr" | cut -d: -f2 | tr '\n' ' ')" "10 10 10 7 "
+	for f in queries lists_probed rows_scanned candidates reranked originals_read originals_bytes results; do
+		sum=$(($(grep -o "\"$f\":[0-9]*" <<<"$stderr" | cut -d: -f2 | paste -sd+)))
+		[[ "$ref," == *"\"$f\":$sum"[,}]* ]] || { echo "$f: $sum vs $ref" >&2; false; }
+	done
+}
+
+@test "tq-search --stats: IVF probes change the lists probed and the rows scanned" {
+	local prev=0 rows
+	for p in 1 2 4 8; do
+		run --separate-stderr "$TQ_BIN/tq-search" --stats --probes $p -i "$F/q.bin" "$F/ivf.tqi"
+		assert_status 0
+		assert_equal "$(field lists_probed)" $((37 * p))
+		rows=$(field rows_scanned)
+		[ "$rows" -gt "$prev" ] || { show; false; }
+		prev=$rows
+	done
+	# All the lists: every row for every query, as flat.
+	assert_equal "$rows" 37000
+	run --separate-stderr "$TQ_BIN/tq-search" --stats --probes 100 -i "$F/q.bin" "$F/ivf.tqi"
+	assert_equal "$(field lists_probed)" $((37 * 8))
+}
+
+@test "tq-search --stats: deleted and filtered rows are not scanned" {
+	seq 0 99 >del.ids
+	"$TQ_BIN/tq-build" --delete del.ids -o del.tqi "$F/flat.tqi"
+	run --separate-stderr "$TQ_BIN/tq-search" --stats -i "$F/q.bin" del.tqi
+	assert_equal "$(field rows_scanned)" $((37 * 900))
+	seq 100 2 399 >allow.ids
+	run --separate-stderr "$TQ_BIN/tq-search" --stats --allow allow.ids -i "$F/q.bin" "$F/flat.tqi"
+	assert_equal "$(field rows_scanned)" $((37 * 150))
+	# Range search: candidates within the loosened radius, all checked.
+	run --separate-stderr "$TQ_BIN/tq-search" --stats --radius 1e30 -i "$F/q.bin" "$F/flat.tqi"
+	assert_equal "$(field rows_scanned)" 37000
+	assert_equal "$(field candidates)" 37000
+	assert_equal "$(field originals_read)" 37000
+	assert_equal "$(field results)" 37000
+}
+
+@test "tq-search --stats: a value other than batch is a usage error" {
+	run --separate-stderr "$TQ_BIN/tq-search" --stats=all -i "$F/q.bin" "$F/flat.tqi"
+	assert_status 2
+	[[ "$stderr" == "tq-search: --stats takes no value or =batch, not 'all'"* ]] || { show; false; }
+	assert_equal "$output" ""
+}
+
+@test "tq-search --oversample auto: the same results for every thread count, kernel and batch" {
+	local ref
+	run --separate-stderr "$TQ_BIN/tq-search" --threads 1 --oversample auto -i "$F/q.bin" "$F/flat.tqi"
+	assert_status 0
+	ref=$output
+	tq tsvcheck <(printf '%s\n' "$ref") 37 10
+	for args in "--threads 2" "--threads 3 --batch 1" "--threads 2 --batch 5"; do
+		for k in scalar avx2 avx512; do
+			run --separate-stderr env TQ_ISA=$k "$TQ_BIN/tq-search" $args --oversample auto -i "$F/q.bin" "$F/flat.tqi"
+			assert_status 0
+			assert_equal "$output" "$ref"
+		done
+	done
+	# The counts too.
+	run --separate-stderr "$TQ_BIN/tq-search" --stats --threads 1 --oversample auto -i "$F/q.bin" "$F/ivf.tqi"
+	ref=$(counts)
+	run --separate-stderr env TQ_ISA=scalar "$TQ_BIN/tq-search" --stats --threads 2 --batch 3 --oversample auto -i "$F/q.bin" "$F/ivf.tqi"
+	assert_equal "$(counts)" "$ref"
+	# IVF and f16 originals too.
+	for ix in ivf f16; do
+		run --separate-stderr "$TQ_BIN/tq-search" --threads 1 --batch 7 --oversample auto -i "$F/q.bin" "$F/$ix.tqi"
+		ref=$output
+		run --separate-stderr env TQ_ISA=scalar "$TQ_BIN/tq-search" --threads 2 --oversample auto -i "$F/q.bin" "$F/$ix.tqi"
+		assert_equal "$output" "$ref"
+	done
+}
+
+@test "tq-search --oversample auto: exact scores, fewer originals, the exact top k" {
+	# Results with exact scores: those of a re-rank of every row.
+	"$TQ_BIN/tq-search" --oversample auto -i "$F/q.bin" -o auto.tsv "$F/flat.tqi"
+	"$TQ_BIN/tq-search" --oversample 100 -i "$F/q.bin" -o all.tsv "$F/flat.tqi"
+	"$TQ_BIN/tq-recall" --truth -k 10 -o truth.ivecs "$F/c.bin" "$F/q.bin"
+	"$TQ_BIN/tq-search" --oversample auto --format ivecs -i "$F/q.bin" -o auto.ivecs "$F/flat.tqi"
+	run --separate-stderr "$TQ_BIN/tq-recall" auto.ivecs truth.ivecs
+	assert_equal "$output" "$(printf 'recall@1 1.0000\nrecall@10 1.0000')"
+	cmp auto.tsv all.tsv
+	# At least k originals a query, at most the k * 16 candidates, and
+	# fewer than a re-rank of all of them.
+	run --separate-stderr "$TQ_BIN/tq-search" --stats --oversample auto -i "$F/q.bin" "$F/flat.tqi"
+	assert_equal "$(field candidates)" $((37 * 160))
+	r=$(field originals_read)
+	[ "$r" -ge $((37 * 10)) ] && [ "$r" -lt $((37 * 160)) ] || { show; false; }
+	[ "$(field refined)" -ge "$r" ] && [ "$(field refined)" -le $((37 * 160)) ] || { show; false; }
+	assert_equal "$(field reranked)" "$r"
+}
+
+@test "tq-search --oversample auto: WDTH values that are not finite and >= 0 fall back" {
+	# Every rho NaN, -1 or +inf: the global bound for every row (the
+	# checksum is stale, which only --verify checks).
+	"$PY" - "$F/flat.tqi" bad.tqi "$("$TQ_BIN/tq-inspect" --json "$F/flat.tqi")" <<'PYEOF'
+import json, struct, sys
+d = bytearray(open(sys.argv[1], "rb").read())
+s = [x for x in json.loads(sys.argv[3])["sections"] if x["tag"] == "WDTH"][0]
+vals = (0x7e00, 0xbc00, 0x7c00)
+for i in range(s["length"] // 2):
+    struct.pack_into("<H", d, s["offset"] + 2 * i, vals[i % 3])
+open(sys.argv[2], "wb").write(d)
+PYEOF
+	run --separate-stderr "$TQ_BIN/tq-inspect" --verify bad.tqi
+	assert_status 1
+	"$TQ_BIN/tq-recall" --truth -k 10 -o truth.ivecs "$F/c.bin" "$F/q.bin"
+	"$TQ_BIN/tq-search" --oversample auto --format ivecs -i "$F/q.bin" -o r.ivecs bad.tqi
+	run --separate-stderr "$TQ_BIN/tq-recall" r.ivecs truth.ivecs
+	assert_equal "$output" "$(printf 'recall@1 1.0000\nrecall@10 1.0000')"
+	run --separate-stderr "$TQ_BIN/tq-search" --stats --oversample auto -i "$F/q.bin" bad.tqi
+	assert_status 0
+	[ "$(field originals_read)" -ge $((37 * 10)) ] || { show; false; }
+}
+
+@test "tq-search --oversample auto needs originals" {
+	"$TQ_BIN/tq-build" --originals none -o none.tqi "$F/c.bin"
+	run --separate-stderr "$TQ_BIN/tq-search" --oversample auto -i "$F/q.bin" none.tqi
+	assert_status 1
+	[[ "$stderr" == "tq-search: none.tqi: --oversample needs originals, and the index has none" ]] || { show; false; }
+	run --separate-stderr "$TQ_BIN/tq-search" --oversample automatic -i "$F/q.bin" "$F/flat.tqi"
+	assert_status 2
+}
