@@ -800,8 +800,9 @@ void tq_scan4x_avx512(const uint8_t *blocks, size_t nblocks,
 
 /*
  * The estimated keys of a block's 32 rows from the kernel's sums acc and
- * the block's factors fs (TQ_NFACTORS rows of 32), higher better:
- *   ip = fs0 * (scale * acc + bias) + fs1 + qc
+ * the block's factors fs (TQ_NFACTORS rows of 32), higher better, with
+ * a = acc + off (the 1-bit form's dotoff after its tile kernel, else 0):
+ *   ip = fs0 * (scale * a + bias) + fs1 + qc
  *   key = ip, or for l2 -((qn2 - 2 ip) + fs2),
  * each operation rounded to float in that order (no fused multiply-add),
  * so every kernel gives the same bits.  Returns bit j set for key[j] >=
@@ -810,6 +811,7 @@ void tq_scan4x_avx512(const uint8_t *blocks, size_t nblocks,
 struct tq_keypar {
 	float scale, bias, qc, qn2;
 	int l2;
+	uint32_t off;	/* added to every sum first (mod 2^32) */
 };
 typedef uint32_t (*tq_keys_fn)(const uint32_t *acc, const float *fs,
     const struct tq_keypar *p, float thr, float *key);

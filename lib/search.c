@@ -647,18 +647,18 @@ next_run(const struct ctx *c, const struct tq_part *p, uint64_t *b,
 
 /*
  * The estimated keys of the rows of block blk for query i of the chunk,
- * from the kernel's sums acc: key[j] for j < the returned row count (the
- * last block may be short); *mask has bit j set for rows that may be
+ * from the kernel's sums acc plus off (struct tq_keypar): key[j] for
+ * j < the returned row count (the last block may be short); *mask has bit j set for rows that may be
  * returned (live and allowed), *above for keys >= thr (never NaN).
  * Higher keys are better (l2: -distance).
  */
 static unsigned
 block_keys(const struct ctx *c, const struct tq_part *p,
     const struct tq_lut *t, size_t i, uint64_t blk, const uint32_t *acc,
-    float thr, float *key, uint32_t *mask, uint32_t *above)
+    uint32_t off, float thr, float *key, uint32_t *mask, uint32_t *above)
 {
 	struct tq_keypar kp = { t->scale, t->bias, c->qc[i], c->qn2[i],
-	    c->metric == TQ_METRIC_L2 };
+	    c->metric == TQ_METRIC_L2, off };
 	uint64_t row = (blk - p->block0) * TQ_BLOCK;
 	unsigned nj = TQ_BLOCK;
 
@@ -693,12 +693,12 @@ cand_push(const struct tq_index *ix, struct tq_topk *h, float key,
 }
 
 /*
- * Offers the rows of block blk (kernel sums acc) for query i of the chunk
- * to heap h; rows outside segment sg are skipped.
+ * Offers the rows of block blk (kernel sums acc, plus off) for query i of
+ * the chunk to heap h; rows outside segment sg are skipped.
  */
 static inline void
 block_push(const struct ctx *c, const struct tq_lut *t, size_t i,
-    uint64_t blk, const uint32_t *acc, const struct seg *sg,
+    uint64_t blk, const uint32_t *acc, uint32_t off, const struct seg *sg,
     struct tq_topk *h)
 {
 	uint64_t row = blk * TQ_BLOCK;
@@ -707,7 +707,7 @@ block_push(const struct ctx *c, const struct tq_lut *t, size_t i,
 	unsigned j;
 
 	/* The heap's root is its worst entry. */
-	(void)block_keys(c, sg->p, t, i, blk, acc, h->len == h->k ?
+	(void)block_keys(c, sg->p, t, i, blk, acc, off, h->len == h->k ?
 	    h->key[0] : -INFINITY, key, &mask, &above);
 	mask &= row_window(blk, sg->r0, sg->r1);
 	if (h->len == h->k)
@@ -753,17 +753,9 @@ scan_range(struct worker *w, const struct tq_lut *t, size_t i, uint64_t b0,
 	for (b = b0; (nb = next_run(c, sg->p, &b, b1)) > 0; b += nb) {
 		scan_one(c, sg->p, t, b, nb, w->acc);
 		for (size_t bi = 0; bi < nb; bi++)
-			block_push(c, t, i, b + bi, w->acc + bi * TQ_BLOCK, sg,
-			    h);
+			block_push(c, t, i, b + bi, w->acc + bi * TQ_BLOCK, 0,
+			    sg, h);
 	}
-}
-
-/* a[0 .. 32) += off; a fixed count, so the compiler vectorises it. */
-static inline void
-add_u32x32(uint32_t *restrict a, uint32_t off)
-{
-	for (unsigned v = 0; v < TQ_BLOCK; v++)
-		a[v] += off;
 }
 
 /*
@@ -786,6 +778,8 @@ scan_range_multi(struct worker *w, const struct tq_lut *t, size_t i,
 	for (j = 0; j < m; j++)
 		luts[j] = t[j].lut;
 	for (b = b0; (nb = next_run(c, sg->p, &b, b1)) > 0; b += nb) {
+		int tile1 = 0;	/* 1-bit sums from the tile kernel */
+
 		if (nb > MULTI_BLOCKS)
 			nb = MULTI_BLOCKS;
 		if (t[0].dot) {
@@ -800,15 +794,12 @@ scan_range_multi(struct worker *w, const struct tq_lut *t, size_t i,
 			    (unsigned)m, t[0].lev, w->acc, stride);
 		} else if (t[0].q8 != NULL && c->kern->scand_tile != NULL &&
 		    m >= TILE_MIN) {
-			/* 1 bit: the dot sums, then the lookup sums. */
+			/* 1 bit: the dot sums; the keys add dotoff. */
 			c->kern->scand_tile(blk_codes(c, sg->p, b), nb,
 			    ix->block_bytes, c->q->nfields, t[0].planes,
 			    t[0].q8, w->lutstride, (unsigned)m, t[0].lev,
 			    w->acc, stride);
-			for (j = 0; j < m; j++)
-				for (size_t bi = 0; bi < nb; bi++)
-					add_u32x32(w->acc + j * stride + bi *
-					    TQ_BLOCK, t[j].dotoff);
+			tile1 = 1;
 		} else {
 			c->kern->scan4x(blk_codes(c, sg->p, b), nb,
 			    ix->block_bytes, c->q->nfields, luts, (unsigned)m,
@@ -817,7 +808,8 @@ scan_range_multi(struct worker *w, const struct tq_lut *t, size_t i,
 		for (j = 0; j < m; j++)
 			for (size_t bi = 0; bi < nb; bi++)
 				block_push(c, &t[j], i + j, b + bi, w->acc +
-				    j * stride + bi * TQ_BLOCK, sg, &h[j]);
+				    j * stride + bi * TQ_BLOCK, tile1 ?
+				    t[j].dotoff : 0, sg, &h[j]);
 	}
 }
 
@@ -1162,7 +1154,7 @@ range_collect(struct worker *w, const struct tq_lut *t, size_t i,
 			uint32_t mask, above;
 			float key[TQ_BLOCK];
 			unsigned j, nj = block_keys(c, sg->p, t, i, b + bi,
-			    w->acc + bi * TQ_BLOCK, -INFINITY, key, &mask,
+			    w->acc + bi * TQ_BLOCK, 0, -INFINITY, key, &mask,
 			    &above);
 
 			mask &= row_window(b + bi, sg->r0, sg->r1);
