@@ -328,8 +328,9 @@ lut_build_dot(const struct tq_quantizer *q, const float *rq,
 #endif
 	for (; f < q->dim; f++) {
 		float r = round_even(rq[f] * inv);
-		int iv = r < (float)-qmax ? -qmax : r > (float)qmax ? qmax :
-		    (int)r;
+		/* NaN (from a damaged index) becomes -qmax, as cvtps2dq does. */
+		int iv = !(r >= (float)-qmax) ? -qmax : r > (float)qmax ?
+		    qmax : (int)r;
 
 		q8[f] = (int8_t)iv;
 		qsum += iv;
