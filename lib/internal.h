@@ -685,6 +685,24 @@ enum tq_status tq_fault_point(const char *where);
  * A row has P * TQ_DOT_PAD-rounded nfields values, zero past the last
  * coordinate.
  *
+ * The 1-bit form (4 coordinates of 1 bit per field) is both at once:
+ * exact lookup tables, built from the query as 7-bit integers
+ * r7[c] = round(rq[c] * (63 / max |rq|)), ties to even, so that the dot
+ * form's tile kernel (AMX) can take batches and the lookup kernels single
+ * queries, with the same sums.  Levels are c1[0] = 0 and c1[1] = 1, so
+ * the dot sum is sum_c r7[c] * bit c; field f's table is
+ * lut[f * 16 + v] = o_f + sum of r7 over the coordinates whose bit is
+ * set in v, with o_f = sum over f's coordinates of max(0, -r7): every
+ * entry lies in [0, 4 * 63] and fits a u8, and the lookup sum is the dot
+ * sum plus dotoff = sum_f o_f.  The lookup sum is the one keys take: a
+ * tile kernel's sums get dotoff added.  q8 (the dot form's row, planes 4)
+ * follows the tables in the same buffer.  With sq = max |rq| / 63 and
+ * sc = centroid[1] - centroid[0]: scale = sq * sc, bias = sq * centroid[0]
+ * * sum_c r7[c] - scale * dotoff.  (The query's precision: 7 bits a
+ * coordinate, where the older u8 tables rounded each field's float sum
+ * to a common step of 1/255 of the widest field; both are far below the
+ * error of 1-bit codes.)
+ *
  * err bounds |scale * sum + bias - <R q, yhat>| from the rounding alone,
  * for any codes.
  */
@@ -692,24 +710,37 @@ struct tq_lut {
 	uint8_t *lut;		/* lookup: nfields * entries; dot: q8 */
 	unsigned entries;	/* lookup form: 16 or 64 */
 	int dot;		/* the dot form */
-	unsigned planes;	/* dot form: coordinates per field */
+	unsigned planes;	/* dot form, 1-bit form: coordinates per field */
 	float scale;
 	float bias;
 	float err;
-	uint8_t lev[4 * 16];	/* dot form: the levels, per plane */
+	uint8_t lev[4 * 16];	/* dot form, 1-bit form: the levels, per plane */
+	const int8_t *q8;	/* 1-bit form: the dot form's row, else NULL */
+	uint32_t dotoff;	/* 1-bit form: lookup sum - dot sum */
 };
 
 /* The dot form's q8 has this many fields' values per plane, or more. */
 #define TQ_DOT_PAD 64u
 /*
  * Does quantizer q score through the dot form?  Not at 1 bit: four planes
- * cost a 512-bit kernel twice the lookup form's time (bench-kernels, "1-bit
- * dot"), which AMX's batches win back only in part.
+ * cost a 512-bit kernel four times the lookup form's time for one query
+ * (bench-kernels, "1-bit dot"), so 1 bit takes the 1-bit form, whose
+ * lookup tables and dot row give the same sums.
  */
 #define TQ_DOT_FORM(q) ((q)->field_bits == 4 && (q)->coords_per_field <= 2)
-/* Bytes of one query's q8 (dot form). */
+/* Does q score through the 1-bit form? */
+#define TQ_BIT1_FORM(q) ((q)->field_bits == 4 && (q)->coords_per_field == 4)
+/* Bytes of one query's q8 (dot form, and the 1-bit form's row). */
 #define TQ_DOT_BYTES(q) (((size_t)(q)->nfields + TQ_DOT_PAD - 1) / \
 	TQ_DOT_PAD * TQ_DOT_PAD * (q)->coords_per_field)
+/*
+ * Bytes tq_lut_build writes at t->lut: q8 (dot form); the tables and,
+ * 1-bit form, q8 after them (at a multiple of 64 bytes: nfields is a
+ * multiple of 4); or the tables alone.
+ */
+#define TQ_LUT_BYTES(q) (TQ_DOT_FORM(q) ? TQ_DOT_BYTES(q) : \
+	((size_t)(q)->nfields << (q)->field_bits) + \
+	(TQ_BIT1_FORM(q) ? TQ_DOT_BYTES(q) : 0))
 
 /* Builds quantized tables from a rotated query (dim floats). */
 void tq_lut_build(const struct tq_quantizer *q, const float *rq,
@@ -793,8 +824,9 @@ void tq_scan4x_avx512(const uint8_t *blocks, size_t nblocks,
 
 /*
  * The estimated keys of a block's 32 rows from the kernel's sums acc and
- * the block's factors fs (TQ_NFACTORS rows of 32), higher better:
- *   ip = fs0 * (scale * acc + bias) + fs1 + qc
+ * the block's factors fs (TQ_NFACTORS rows of 32), higher better, with
+ * a = acc + off (the 1-bit form's dotoff after its tile kernel, else 0):
+ *   ip = fs0 * (scale * a + bias) + fs1 + qc
  *   key = ip, or for l2 -((qn2 - 2 ip) + fs2),
  * each operation rounded to float in that order (no fused multiply-add),
  * so every kernel gives the same bits.  Returns bit j set for key[j] >=
@@ -803,6 +835,7 @@ void tq_scan4x_avx512(const uint8_t *blocks, size_t nblocks,
 struct tq_keypar {
 	float scale, bias, qc, qn2;
 	int l2;
+	uint32_t off;	/* added to every sum first (mod 2^32) */
 };
 typedef uint32_t (*tq_keys_fn)(const uint32_t *acc, const float *fs,
     const struct tq_keypar *p, float thr, float *key);

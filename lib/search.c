@@ -1,10 +1,11 @@
 /*
  * search.c - query tables, the scan over all blocks, threads, re-rank.
  *
- * A query q is normalised (cosine), rotated (R q, many queries per BLAS
- * call) and turned into u8 tables, one per field (tq_lut_build).  The scan
- * kernel sums table entries for 32 vectors per block; the sums map back to
- * an estimate of <q, x>:
+ * A query q is normalised (cosine), rotated (R q, many queries per
+ * call) and turned into tables (tq_lut_build: u8 tables, one per field,
+ * or the dot form's int8 query, or at 1 bit both).  The scan kernel sums
+ * table entries or products for 32 vectors per block; the sums map back
+ * to an estimate of <q, x>:
  *
  *     <q, x> ~= s * (scale * sum + bias) + b' + <q, c>
  *
@@ -20,7 +21,8 @@
  * once per tile.  Within a tile, 4-bit fields go through the multi-query
  * kernel where there is one (tq_scan4x: each block's codes are loaded and
  * split into nibbles once for up to eight queries on AVX-512, two on
- * AVX2).
+ * AVX2), or the dot form's tile kernel (AMX), which at 1 bit gives the
+ * lookup sums less a per-query constant (struct tq_lut).
  * With fewer queries than threads, each query's blocks are split between
  * the threads instead and their heaps merged.
  *
@@ -71,8 +73,8 @@
 #define SCAN_BLOCKS 64
 /*
  * Query tiles: a thread scans a slice of about TILE_BYTES of codes for up
- * to QTILE_LOOKUP (lookup form) or QTILE (dot form) queries before moving
- * on, so the codes come from DRAM once per tile instead of once per query
+ * to QTILE_LOOKUP (lookup form) or QTILE (dot form, and 1 bit where AMX
+ * takes its batches) queries before moving on, so the codes come from DRAM once per tile instead of once per query
  * (the scan is bound by memory bandwidth otherwise).  The dot form's
  * tables are 16 times smaller and its tile kernel so fast that with 16
  * queries a tile it waited on memory (perf: half its time at the loads of
@@ -244,10 +246,42 @@ round_even(float x)
 }
 
 /*
+ * The 1-bit form's tables (internal.h, struct tq_lut) from its q8 row
+ * (planes 4, in the kernels' order): per field the offset o_f and the 16
+ * sums, each entry the entry without its lowest set bit plus that bit's
+ * value, so every entry is an exact integer in [0, 252].  Returns dotoff.
+ */
+static uint32_t
+bit1_tables(const struct tq_quantizer *q, const int8_t *q8, uint8_t *lut)
+{
+	uint32_t f, dotoff = 0;
+	unsigned t, v;
+
+	for (f = 0; f < q->nfields; f++) {
+		const int8_t *g = q8 + (size_t)(f - f % 4) * 4 + f % 4;
+		uint8_t *out = lut + (size_t)f * 16;
+		int r[4], o = 0;
+
+		for (t = 0; t < 4; t++) {
+			r[t] = g[4 * t];
+			o += r[t] < 0 ? -r[t] : 0;
+		}
+		out[0] = (uint8_t)o;
+		for (v = 1; v < 16; v++)
+			out[v] = (uint8_t)(out[v & (v - 1)] +
+			    r[__builtin_ctz(v)]);
+		dotoff += (uint32_t)o;
+	}
+	return dotoff;
+}
+
+/*
  * The dot form of the tables (internal.h, struct tq_lut) for a quantizer
- * of 4-bit fields of 1 or 2 coordinates.  Its error bound: per
- * coordinate, |r c - sq r8 chat| <= |r| |c - chat| + |chat| |r - sq r8|,
- * with chat = sc c7 + centroid[0] the level the sum uses; summed over the
+ * of 4-bit fields of 1 or 2 coordinates, and the 1-bit form (4
+ * coordinates: the query to 7 bits, levels 0 and 1, and the lookup
+ * tables made from them).  Its error bound: per coordinate,
+ * |r c - sq r8 chat| <= |r| |c - chat| + |chat| |r - sq r8|, with
+ * chat = sc c7 + centroid[0] the level the sum uses; summed over the
  * coordinates with the largest level errors.
  */
 static void
@@ -256,7 +290,11 @@ lut_build_dot(const struct tq_quantizer *q, const float *rq,
 {
 	const float *cent = q->centroids;
 	const unsigned planes = q->coords_per_field, last = q->nlevels - 1;
-	int8_t *q8 = (int8_t *)(void *)t->lut;
+	const int bit1 = TQ_BIT1_FORM(q);
+	/* The largest query value and level. */
+	const int qmax = bit1 ? 63 : 127, lmax = bit1 ? 1 : 127;
+	const size_t tabbytes = bit1 ? (size_t)q->nfields * 16 : 0;
+	int8_t *q8 = (int8_t *)(void *)(t->lut + tabbytes);
 	uint32_t f = 0;
 	float m = 0.0f, inv, sq, sc, dc = 0.0f, cmax = 0.0f;
 	float rsum = 0.0f, dsum = 0.0f;
@@ -267,8 +305,8 @@ lut_build_dot(const struct tq_quantizer *q, const float *rq,
 	for (f = 0; f < q->dim; f++)
 		if (fabsf(rq[f]) > m)
 			m = fabsf(rq[f]);
-	inv = m > 0.0f ? 127.0f / m : 1.0f;
-	sq = m > 0.0f ? m / 127.0f : 1.0f;
+	inv = m > 0.0f ? (float)qmax / m : 1.0f;
+	sq = m > 0.0f ? m / (float)qmax : 1.0f;
 	f = 0;
 #if defined(__SSE2__)
 	/*
@@ -280,7 +318,8 @@ lut_build_dot(const struct tq_quantizer *q, const float *rq,
 	{
 		const __m128 vinv = _mm_set1_ps(inv), vsq = _mm_set1_ps(sq);
 		const __m128 absm = _mm_castsi128_ps(_mm_set1_epi32(0x7fffffff));
-		const __m128i lo = _mm_set1_epi16(-127), hi = _mm_set1_epi16(127);
+		const __m128i lo = _mm_set1_epi16((short)-qmax);
+		const __m128i hi = _mm_set1_epi16((short)qmax);
 		__m128 rs = _mm_setzero_ps(), ds = _mm_setzero_ps();
 		__m128i qs = _mm_setzero_si128();
 		float l[4];
@@ -319,7 +358,9 @@ lut_build_dot(const struct tq_quantizer *q, const float *rq,
 #endif
 	for (; f < q->dim; f++) {
 		float r = round_even(rq[f] * inv);
-		int iv = r < -127.0f ? -127 : r > 127.0f ? 127 : (int)r;
+		/* NaN (from a damaged index) becomes -qmax, as cvtps2dq does. */
+		int iv = !(r >= (float)-qmax) ? -qmax : r > (float)qmax ?
+		    qmax : (int)r;
 
 		q8[f] = (int8_t)iv;
 		qsum += iv;
@@ -342,12 +383,12 @@ lut_build_dot(const struct tq_quantizer *q, const float *rq,
 		}
 	}
 
-	sc = (cent[last] - cent[0]) / 127.0f;
+	sc = (cent[last] - cent[0]) / (float)lmax;
 	if (!(sc > 0.0f))
 		sc = 1.0f;
 	for (v = 0; v <= last; v++) {
 		float r = round_even((cent[v] - cent[0]) / sc), chat;
-		int iv = r < 0.0f ? 0 : r > 127.0f ? 127 : (int)r;
+		int iv = r < 0.0f ? 0 : r > (float)lmax ? lmax : (int)r;
 
 		c7[v] = (uint8_t)iv;
 		chat = sc * (float)iv + cent[0];
@@ -359,19 +400,30 @@ lut_build_dot(const struct tq_quantizer *q, const float *rq,
 	for (p = 0; p < planes; p++)
 		for (v = 0; v < 16; v++)
 			t->lev[16 * p + v] = c7[(v >> (p * q->bits)) & last];
-	t->dot = 1;
 	t->planes = planes;
 	t->entries = 16;
 	t->scale = sq * sc;
-	t->bias = sq * cent[0] * (float)qsum;
 	/* Slack for the float rounding of the bound's own sums. */
 	t->err = (rsum * dc + dsum * cmax) * 1.001f;
+	if (bit1) {
+		t->dot = 0;
+		t->q8 = q8;
+		t->dotoff = bit1_tables(q, q8, t->lut);
+		/* In double, rounded to float once. */
+		t->bias = (float)((double)sq * (double)cent[0] *
+		    (double)qsum - (double)t->scale * (double)t->dotoff);
+		return;
+	}
+	t->dot = 1;
+	t->q8 = NULL;
+	t->dotoff = 0;
+	t->bias = sq * cent[0] * (float)qsum;
 }
 
 void
 tq_lut_build(const struct tq_quantizer *q, const float *rq, struct tq_lut *t)
 {
-	if (TQ_DOT_FORM(q)) {
+	if (TQ_DOT_FORM(q) || TQ_BIT1_FORM(q)) {
 		lut_build_dot(q, rq, t);
 		return;
 	}
@@ -419,6 +471,8 @@ tq_lut_build(const struct tq_quantizer *q, const float *rq, struct tq_lut *t)
 	}
 	t->entries = entries;
 	t->dot = 0;
+	t->q8 = NULL;
+	t->dotoff = 0;
 	t->scale = delta;
 	t->bias = (float)bias;
 	/* Half a step per field. */
@@ -641,18 +695,18 @@ next_run(const struct ctx *c, const struct tq_part *p, uint64_t *b,
 
 /*
  * The estimated keys of the rows of block blk for query i of the chunk,
- * from the kernel's sums acc: key[j] for j < the returned row count (the
- * last block may be short); *mask has bit j set for rows that may be
+ * from the kernel's sums acc plus off (struct tq_keypar): key[j] for
+ * j < the returned row count (the last block may be short); *mask has bit j set for rows that may be
  * returned (live and allowed), *above for keys >= thr (never NaN).
  * Higher keys are better (l2: -distance).
  */
 static unsigned
 block_keys(const struct ctx *c, const struct tq_part *p,
     const struct tq_lut *t, size_t i, uint64_t blk, const uint32_t *acc,
-    float thr, float *key, uint32_t *mask, uint32_t *above)
+    uint32_t off, float thr, float *key, uint32_t *mask, uint32_t *above)
 {
 	struct tq_keypar kp = { t->scale, t->bias, c->qc[i], c->qn2[i],
-	    c->metric == TQ_METRIC_L2 };
+	    c->metric == TQ_METRIC_L2, off };
 	uint64_t row = (blk - p->block0) * TQ_BLOCK;
 	unsigned nj = TQ_BLOCK;
 
@@ -687,12 +741,12 @@ cand_push(const struct tq_index *ix, struct tq_topk *h, float key,
 }
 
 /*
- * Offers the rows of block blk (kernel sums acc) for query i of the chunk
- * to heap h; rows outside segment sg are skipped.
+ * Offers the rows of block blk (kernel sums acc, plus off) for query i of
+ * the chunk to heap h; rows outside segment sg are skipped.
  */
 static inline unsigned
 block_push(const struct ctx *c, const struct tq_lut *t, size_t i,
-    uint64_t blk, const uint32_t *acc, const struct seg *sg,
+    uint64_t blk, const uint32_t *acc, uint32_t off, const struct seg *sg,
     struct tq_topk *h)
 {
 	uint64_t row = blk * TQ_BLOCK;
@@ -701,7 +755,7 @@ block_push(const struct ctx *c, const struct tq_lut *t, size_t i,
 	unsigned j, offered;
 
 	/* The heap's root is its worst entry. */
-	(void)block_keys(c, sg->p, t, i, blk, acc, h->len == h->k ?
+	(void)block_keys(c, sg->p, t, i, blk, acc, off, h->len == h->k ?
 	    h->key[0] : -INFINITY, key, &mask, &above);
 	mask &= row_window(blk, sg->r0, sg->r1);
 	offered = (unsigned)__builtin_popcount(mask);
@@ -750,7 +804,7 @@ scan_range(struct worker *w, const struct tq_lut *t, size_t i, uint64_t b0,
 		scan_one(c, sg->p, t, b, nb, w->acc);
 		for (size_t bi = 0; bi < nb; bi++)
 			w->st.rows_scanned += block_push(c, t, i, b + bi,
-			    w->acc + bi * TQ_BLOCK, sg, h);
+			    w->acc + bi * TQ_BLOCK, 0, sg, h);
 	}
 }
 
@@ -774,6 +828,8 @@ scan_range_multi(struct worker *w, const struct tq_lut *t, size_t i,
 	for (j = 0; j < m; j++)
 		luts[j] = t[j].lut;
 	for (b = b0; (nb = next_run(c, sg->p, &b, b1)) > 0; b += nb) {
+		int tile1 = 0;	/* 1-bit sums from the tile kernel */
+
 		if (nb > MULTI_BLOCKS)
 			nb = MULTI_BLOCKS;
 		if (t[0].dot) {
@@ -786,6 +842,14 @@ scan_range_multi(struct worker *w, const struct tq_lut *t, size_t i,
 			    ix->block_bytes, c->q->nfields, t[0].planes,
 			    (const int8_t *)(const void *)t[0].lut, w->lutstride,
 			    (unsigned)m, t[0].lev, w->acc, stride);
+		} else if (t[0].q8 != NULL && c->kern->scand_tile != NULL &&
+		    m >= TILE_MIN) {
+			/* 1 bit: the dot sums; the keys add dotoff. */
+			c->kern->scand_tile(blk_codes(c, sg->p, b), nb,
+			    ix->block_bytes, c->q->nfields, t[0].planes,
+			    t[0].q8, w->lutstride, (unsigned)m, t[0].lev,
+			    w->acc, stride);
+			tile1 = 1;
 		} else {
 			c->kern->scan4x(blk_codes(c, sg->p, b), nb,
 			    ix->block_bytes, c->q->nfields, luts, (unsigned)m,
@@ -795,7 +859,8 @@ scan_range_multi(struct worker *w, const struct tq_lut *t, size_t i,
 			for (size_t bi = 0; bi < nb; bi++)
 				w->st.rows_scanned += block_push(c, &t[j],
 				    i + j, b + bi, w->acc + j * stride +
-				    bi * TQ_BLOCK, sg, &h[j]);
+				    bi * TQ_BLOCK, tile1 ? t[j].dotoff : 0, sg,
+				    &h[j]);
 	}
 }
 
@@ -1302,7 +1367,7 @@ range_collect(struct worker *w, const struct tq_lut *t, size_t i,
 			uint32_t mask, above;
 			float key[TQ_BLOCK];
 			unsigned j, nj = block_keys(c, sg->p, t, i, b + bi,
-			    w->acc + bi * TQ_BLOCK, -INFINITY, key, &mask,
+			    w->acc + bi * TQ_BLOCK, 0, -INFINITY, key, &mask,
 			    &above);
 
 			mask &= row_window(b + bi, sg->r0, sg->r1);
@@ -1604,6 +1669,17 @@ scratch_free(struct scratch *s)
 	free(s->segs);
 }
 
+/*
+ * Queries a tile: the dot form's, or the 1-bit form's where its batches
+ * take the tile kernel.
+ */
+static size_t
+query_tile(const struct tq_quantizer *q)
+{
+	return TQ_DOT_FORM(q) || (TQ_BIT1_FORM(q) &&
+	    tq_kernels()->scand_tile != NULL) ? QTILE : QTILE_LOOKUP;
+}
+
 static enum tq_status
 scratch_alloc(struct scratch *s, const struct tq_quantizer *q, unsigned nw,
     size_t chunk, uint32_t kc, uint32_t kf, int cosine, uint32_t probes,
@@ -1616,9 +1692,8 @@ scratch_alloc(struct scratch *s, const struct tq_quantizer *q, unsigned nw,
 	 * bytes at a time, and a load across two cache lines made the
 	 * multi-query kernel a quarter slower (bench-kernels).
 	 */
-	size_t lutbytes = TQ_DOT_FORM(q) ? TQ_DOT_BYTES(q) :
-	    (size_t)q->nfields << q->field_bits;
-	size_t ntab = TQ_DOT_FORM(q) ? QTILE : QTILE_LOOKUP;
+	size_t lutbytes = TQ_LUT_BYTES(q);
+	size_t ntab = query_tile(q);
 	unsigned t, j;
 
 	if (ntab > chunk)
@@ -1984,7 +2059,7 @@ tq_search(const struct tq_index *ix, const float *queries, size_t nq,
 	c.rq = s.rq;
 	c.qc = s.qc;
 	c.qn2 = s.qn2;
-	c.qtile = TQ_DOT_FORM(q) ? QTILE : QTILE_LOOKUP;
+	c.qtile = query_tile(q);
 	c.tile_blocks = TILE_BYTES / ix->block_bytes;
 	if (c.tile_blocks < 1)
 		c.tile_blocks = 1;

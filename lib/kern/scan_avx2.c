@@ -448,11 +448,13 @@ tq_keys_avx2(const uint32_t *acc, const float *fs,
 	const __m256 t = _mm256_set1_ps(thr);
 	const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32(
 	    (int)0x80000000u));
+	const __m256i off = _mm256_set1_epi32((int)p->off);
 	uint32_t m = 0;
 
 	for (unsigned h = 0; h < TQ_BLOCK; h += 8) {
-		__m256 a = _mm256_cvtepi32_ps(_mm256_loadu_si256(
-		    (const __m256i *)(const void *)(acc + h)));
+		__m256 a = _mm256_cvtepi32_ps(_mm256_add_epi32(
+		    _mm256_loadu_si256((const __m256i *)(const void *)(acc +
+		    h)), off));
 		__m256 ip = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(
 		    _mm256_loadu_ps(fs + h), _mm256_add_ps(_mm256_mul_ps(scale,
 		    a), bias)), _mm256_loadu_ps(fs + TQ_BLOCK + h)), qc);

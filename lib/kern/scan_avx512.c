@@ -662,11 +662,12 @@ tq_keys_avx512(const uint32_t *acc, const float *fs,
 	const __m512 two = _mm512_set1_ps(2.0f);
 	const __m512 t = _mm512_set1_ps(thr);
 	const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
+	const __m512i off = _mm512_set1_epi32((int)p->off);
 	uint32_t m = 0;
 
 	for (unsigned h = 0; h < TQ_BLOCK; h += 16) {
-		__m512 a = _mm512_cvtepi32_ps(_mm512_loadu_si512(
-		    (const void *)(acc + h)));
+		__m512 a = _mm512_cvtepi32_ps(_mm512_add_epi32(
+		    _mm512_loadu_si512((const void *)(acc + h)), off));
 		__m512 ip = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(
 		    _mm512_loadu_ps(fs + h), _mm512_add_ps(_mm512_mul_ps(scale,
 		    a), bias)), _mm512_loadu_ps(fs + TQ_BLOCK + h)), qc);

@@ -114,7 +114,7 @@ tq_keys_scalar(const uint32_t *acc, const float *fs,
     const struct tq_keypar *p, float thr, float *key)
 {
 	float scale = p->scale, bias = p->bias, qc = p->qc, qn2 = p->qn2;
-	uint32_t m = 0;
+	uint32_t m = 0, off = p->off;
 	unsigned j;
 
 	/*
@@ -124,14 +124,14 @@ tq_keys_scalar(const uint32_t *acc, const float *fs,
 	 */
 	if (p->l2) {
 		for (j = 0; j < TQ_BLOCK; j++) {
-			float ip = fs[j] * (scale * (float)(int32_t)acc[j] +
+			float ip = fs[j] * (scale * (float)(int32_t)(acc[j] + off) +
 			    bias) + fs[TQ_BLOCK + j] + qc;
 
 			key[j] = -(qn2 - 2.0f * ip + fs[2 * TQ_BLOCK + j]);
 		}
 	} else {
 		for (j = 0; j < TQ_BLOCK; j++)
-			key[j] = fs[j] * (scale * (float)(int32_t)acc[j] +
+			key[j] = fs[j] * (scale * (float)(int32_t)(acc[j] + off) +
 			    bias) + fs[TQ_BLOCK + j] + qc;
 	}
 	for (j = 0; j < TQ_BLOCK; j++)

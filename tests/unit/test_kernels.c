@@ -359,7 +359,8 @@ test_dot_form(void)
 
 /*
  * The key kernels against tq_keys_scalar, bit for bit, keys and masks:
- * both metrics, random sums and factors of mixed magnitude, thresholds
+ * both metrics, random sums, offsets (that of scalar checked against sums
+ * with the offset added) and factors of mixed magnitude, thresholds
  * from -inf to above every key, and factors that are NaN, infinite or
  * subnormal as a corrupt index could hold.
  */
@@ -378,7 +379,7 @@ test_keys(void)
 	    3.4e38f };
 	uint32_t acc[TQ_BLOCK];
 	float fs[TQ_NFACTORS * TQ_BLOCK], want[TQ_BLOCK], got[TQ_BLOCK];
-	int bad[2] = { 0, 0 };
+	int bad[2] = { 0, 0 }, bad_off = 0;
 
 	for (unsigned it = 0; it < 4000; it++) {
 		struct tq_keypar p;
@@ -398,11 +399,26 @@ test_keys(void)
 		p.qc = (float)((int32_t)rnd() % 1000) * 1e-3f;
 		p.qn2 = (float)(rnd() % 1000) * 1e-1f;
 		p.l2 = (int)(it & 1);
+		/* An offset that makes some sums negative as int32, or none. */
+		p.off = it % 4 == 0 ? 0 : it % 4 == 1 ? rnd() % 4096 :
+		    (uint32_t)-(int32_t)(rnd() % 300);
 		mw = tq_keys_scalar(acc, fs, &p, -INFINITY, want);
 		/* A threshold among the keys, or at either end. */
 		thr = it % 5 == 0 ? -INFINITY : it % 5 == 1 ? INFINITY :
 		    want[rnd() % TQ_BLOCK];
 		mw = tq_keys_scalar(acc, fs, &p, thr, want);
+		/* The offset is the sums' own: the same keys as added first. */
+		{
+			struct tq_keypar p0 = p;
+			uint32_t acc0[TQ_BLOCK];
+
+			p0.off = 0;
+			for (unsigned j = 0; j < TQ_BLOCK; j++)
+				acc0[j] = acc[j] + p.off;
+			memset(got, 0x5a, sizeof(got));
+			bad_off |= tq_keys_scalar(acc0, fs, &p0, thr, got) !=
+			    mw || memcmp(got, want, sizeof(got)) != 0;
+		}
 		for (size_t d = 0; d < 2; d++) {
 			if (!kk[d].run)
 				continue;
@@ -416,6 +432,7 @@ test_keys(void)
 			fprintf(stderr, "key kernel %s differs\n", kk[d].name);
 		CHECK(!bad[d]);
 	}
+	CHECK(!bad_off);
 }
 
 /* Codes of all ones select each table's last entry: the layout's corners. */

@@ -378,23 +378,74 @@ ref_dot(const struct tq_quantizer *q, const float *rq, int8_t *q8,
 	*bias = sq * c[0] * (float)qsum;
 }
 
-/* The integer sum the kernels compute for one row's codes. */
+/*
+ * The 1-bit form as specified (internal.h, struct tq_lut), the slow way:
+ * lrintf for the roundings, q8 put straight where the kernels' order
+ * says, every table entry summed from its bits.  buf gets the tables and
+ * q8 after them.
+ */
+static void
+ref_bit1(const struct tq_quantizer *q, const float *rq, uint8_t *buf,
+    uint8_t lev[64], float *scale, float *bias, uint32_t *dotoff)
+{
+	const float *c = q->centroids;
+	int8_t *q8 = (int8_t *)(void *)(buf + (size_t)q->nfields * 16);
+	float m = 0, sq, sc;
+	long qsum = 0, off = 0;
+	uint32_t f, d;
+	unsigned t, v;
+
+	for (d = 0; d < q->dim; d++)
+		if (fabsf(rq[d]) > m)
+			m = fabsf(rq[d]);
+	sq = m > 0 ? m / 63.0f : 1.0f;
+	memset(q8, 0, TQ_DOT_BYTES(q));
+	for (f = 0; f < q->nfields; f++) {
+		long r[4], o = 0;
+
+		for (t = 0; t < 4; t++) {
+			uint64_t coord = (uint64_t)f * 4 + t;
+
+			r[t] = coord < q->dim ? lrintf(rq[coord] * (m > 0 ?
+			    63.0f / m : 1.0f)) : 0;
+			r[t] = r[t] < -63 ? -63 : r[t] > 63 ? 63 : r[t];
+			q8[(f - f % 4) * 4 + 4 * t + f % 4] = (int8_t)r[t];
+			qsum += r[t];
+			o += r[t] < 0 ? -r[t] : 0;
+		}
+		for (v = 0; v < 16; v++) {
+			long e = o;
+
+			for (t = 0; t < 4; t++)
+				if (v >> t & 1)
+					e += r[t];
+			buf[(size_t)f * 16 + v] = (uint8_t)e;
+		}
+		off += o;
+	}
+	sc = c[1] - c[0];
+	for (t = 0; t < 4; t++)
+		for (v = 0; v < 16; v++)
+			lev[16 * t + v] = (uint8_t)(v >> t & 1);
+	*scale = sq * sc;
+	*bias = (float)((double)sq * c[0] * (double)qsum - (double)*scale *
+	    (double)off);
+	*dotoff = (uint32_t)off;
+}
+
+/* The dot sum of q8 rows (t->lut, or t->q8 for the 1-bit form). */
 static int64_t
-table_sum(const struct tq_quantizer *q, const struct tq_lut *t,
+dot_sum(const struct tq_quantizer *q, const struct tq_lut *t,
     const uint8_t *codes)
 {
-	const int8_t *q8 = (const int8_t *)(const void *)t->lut;
+	const int8_t *q8 = t->q8 != NULL ? t->q8 :
+	    (const int8_t *)(const void *)t->lut;
 	unsigned np = q->coords_per_field;
 	int64_t sum = 0;
-	uint32_t f;
 
-	for (f = 0; f < q->nfields; f++) {
+	for (uint32_t f = 0; f < q->nfields; f++) {
 		unsigned v = field_value(q, codes, f);
 
-		if (!t->dot) {
-			sum += t->lut[(size_t)f * t->entries + v];
-			continue;
-		}
 		for (unsigned p = 0; p < np; p++)
 			sum += (int64_t)q8[(f - f % 4) * np + 4 * p + f % 4] *
 			    t->lev[16 * p + v];
@@ -402,18 +453,34 @@ table_sum(const struct tq_quantizer *q, const struct tq_lut *t,
 	return sum;
 }
 
+/* The integer sum the kernels compute for one row's codes. */
+static int64_t
+table_sum(const struct tq_quantizer *q, const struct tq_lut *t,
+    const uint8_t *codes)
+{
+	int64_t sum = 0;
+	uint32_t f;
+
+	if (t->dot)
+		return dot_sum(q, t, codes);
+	for (f = 0; f < q->nfields; f++)
+		sum += t->lut[(size_t)f * t->entries + field_value(q, codes,
+		    f)];
+	return sum;
+}
+
 /* The bytes tq_lut_build writes for q. */
 static size_t
 lut_bytes(const struct tq_quantizer *q)
 {
-	return TQ_DOT_FORM(q) ? TQ_DOT_BYTES(q) :
-	    (size_t)q->nfields << q->field_bits;
+	return TQ_LUT_BYTES(q);
 }
 
 /*
- * Both forms of the tables against their references, bit for bit; the
- * estimate within the bound err of the exact <rq, yhat> (and err not far
- * above the half step per field of the lookup form); padding zero.
+ * The three forms of the tables against their references, bit for bit;
+ * the estimate within the bound err of the exact <rq, yhat> (and err not
+ * far above the half step per field of the lookup form); the 1-bit
+ * form's dot sum its lookup sum less dotoff; padding zero.
  */
 static void
 test_lut(void)
@@ -429,9 +496,10 @@ test_lut(void)
 		struct tq_lut t;
 		float *rq;
 		uint8_t *codes;
-		int trial, ok = 1, ok_pad = 1, ok_ref = 1, dot;
+		int trial, ok = 1, ok_pad = 1, ok_ref = 1, dot, bit1;
 		uint8_t *ref;
 		float rscale, rbias;
+		uint32_t rdotoff = 0;
 		size_t len;
 
 		/* Quick: 100 has several fields and padding already. */
@@ -442,7 +510,9 @@ test_lut(void)
 		if (q == NULL)
 			continue;
 		dot = TQ_DOT_FORM(q);
+		bit1 = TQ_BIT1_FORM(q);
 		CHECK(dot == (bits == 2 || bits == 4));
+		CHECK(bit1 == (bits == 1));
 		len = lut_bytes(q);
 		t.lut = malloc(len);
 		rq = malloc(dim * sizeof(*rq));
@@ -466,11 +536,22 @@ test_lut(void)
 				    q->coords_per_field) != 0 ||
 				    t.planes != q->coords_per_field)
 					ok_ref = 0;
+			} else if (bit1) {
+				ref_bit1(q, rq, ref, lev, &rscale, &rbias,
+				    &rdotoff);
+				if (memcmp(ref, t.lut, len) != 0 ||
+				    memcmp(lev, t.lev, sizeof(lev)) != 0 ||
+				    t.planes != 4 || t.dotoff != rdotoff ||
+				    t.q8 != (const int8_t *)(const void *)
+				    (t.lut + (size_t)q->nfields * 16))
+					ok_ref = 0;
+				CHECK(t.entries == 16);
 			} else {
 				ref_lut(q, rq, ref, &rscale, &rbias);
 				if (memcmp(ref, t.lut, len) != 0)
 					ok_ref = 0;
 				CHECK(t.entries == 1u << q->field_bits);
+				CHECK(t.q8 == NULL);
 			}
 			if (rscale != t.scale || rbias != t.bias)
 				ok_ref = 0;
@@ -482,6 +563,8 @@ test_lut(void)
 				    q->centroids[codes[d]];
 			}
 			sum = table_sum(q, &t, codes);
+			if (bit1 && dot_sum(q, &t, codes) + t.dotoff != sum)
+				ok = 0;
 			est = (double)t.scale * (double)sum + t.bias;
 			if (fabs(est - exact) > t.err * (1 + 1e-4) + 1e-5 *
 			    (fabs(exact) + fabs(t.bias) + t.scale *
@@ -492,12 +575,12 @@ test_lut(void)
 			    q->coords_per_field * t.scale))
 				ok = 0;
 			/* Padding: zero entries, or zero query values. */
-			if (dot) {
-				const int8_t *v8 = (const int8_t *)(const
-				    void *)t.lut;
+			if (dot || bit1) {
+				const int8_t *v8 = bit1 ? t.q8 : (const int8_t
+				    *)(const void *)t.lut;
 				unsigned np = q->coords_per_field;
 
-				for (f = 0; f < len; f++) {
+				for (f = 0; f < TQ_DOT_BYTES(q); f++) {
 					/* The coordinate of q8[f]. */
 					uint32_t g = f / (4 * np), o = f % (4 *
 					    np);
@@ -507,7 +590,8 @@ test_lut(void)
 					if (c >= dim && v8[f] != 0)
 						ok_pad = 0;
 				}
-				continue;
+				if (dot)
+					continue;
 			}
 			for (f = (dim + q->coords_per_field - 1) /
 			    q->coords_per_field; f < q->nfields; f++) {
