@@ -1772,6 +1772,7 @@ tq_file_info(const char *path, struct tq_file_info *out)
 	struct tq_file f;
 	struct tq_index *ix;
 	enum tq_status rc;
+	uint64_t wrows = 0;
 
 	memset(out, 0, sizeof(*out));
 	TQ_TRY(tq_file_map(path, &f));
@@ -1803,9 +1804,12 @@ tq_file_info(const char *path, struct tq_file_info *out)
 	out->segments = ix->nparts;
 	out->commit = ix->file.seq;
 	out->labels = tq_index_has_labels(ix) ? ix->n : 0;
+	for (uint32_t s = 0; s < ix->nparts; s++)
+		if (ix->parts[s].wdth != NULL)
+			wrows += ix->parts[s].n;
 	out->bytes_per_vector = ((double)ix->nblocks *
-	    ((double)ix->block_bytes + TQ_BLOCK * TQ_NFACTORS * 4.0)) /
-	    (double)ix->n + 8.0;
+	    ((double)ix->block_bytes + TQ_BLOCK * TQ_NFACTORS * 4.0) +
+	    2.0 * (double)wrows) / (double)ix->n + 8.0;
 	out->original_bytes_per_vector = ix->originals == TQ_ORIG_NONE ? 0 :
 	    (double)ix->q->dim * (ix->originals == TQ_ORIG_F32 ? 4 : 2);
 	tq_index_close(ix);

@@ -858,7 +858,7 @@ struct tq_file_info {
 	uint64_t count;
 	uint64_t live;			/* rows not deleted */
 	enum tq_originals originals;
-	double bytes_per_vector;	/* codes + factors + ids */
+	double bytes_per_vector;	/* codes + factors + ids + WDTH */
 	double original_bytes_per_vector;
 	uint32_t segments;		/* index: segments (appends since the
 					   last build or compaction, + 1) */
