@@ -812,3 +812,39 @@ guard_writer(struct tq_writer **w)
 		at_cleanup(abort_guarded, NULL);
 	guarded = w;
 }
+
+/*
+ * The length of the valid UTF-8 sequence at s, of at most n bytes (1 for
+ * ASCII), or 0 for an invalid one: a stray continuation byte, a sequence
+ * cut short, an overlong form, a surrogate or a code point past U+10FFFF.
+ */
+size_t
+utf8_len(const unsigned char *s, size_t n)
+{
+	size_t k;
+	uint32_t c;
+
+	if (n == 0)
+		return 0;
+	if (s[0] < 0x80)
+		return 1;
+	if (s[0] >= 0xc2 && s[0] <= 0xdf)
+		k = 2, c = s[0] & 0x1f;
+	else if (s[0] >= 0xe0 && s[0] <= 0xef)
+		k = 3, c = s[0] & 0x0f;
+	else if (s[0] >= 0xf0 && s[0] <= 0xf4)
+		k = 4, c = s[0] & 0x07;
+	else
+		return 0;
+	if (n < k)
+		return 0;
+	for (size_t i = 1; i < k; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		c = c << 6 | (s[i] & 0x3f);
+	}
+	if ((k == 3 && c < 0x800) || (k == 4 && (c < 0x10000 ||
+	    c > 0x10ffff)) || (c >= 0xd800 && c <= 0xdfff))
+		return 0;
+	return k;
+}

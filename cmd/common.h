@@ -132,6 +132,8 @@ void wait_politely(struct tq_build_params *bp);
 
 /* JSON string (quoted, escaped) to fp. */
 void json_string(FILE *fp, const char *s);
+/* Bytes of the valid UTF-8 sequence at s (at most n), or 0. */
+size_t utf8_len(const unsigned char *s, size_t n);
 
 /* Little-endian stores. */
 void put_le32(uint8_t *p, uint32_t v);

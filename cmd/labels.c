@@ -143,37 +143,6 @@ label_tsv(struct out *o, const struct tq_index *ix, const char *ixpath,
 	}
 }
 
-/* Length of the UTF-8 sequence at s (n bytes left), or 0 if invalid. */
-static size_t
-utf8_len(const unsigned char *s, size_t n)
-{
-	size_t k;
-	uint32_t c;
-
-	if (s[0] < 0x80)
-		return 1;
-	if (s[0] >= 0xc2 && s[0] <= 0xdf)
-		k = 2, c = s[0] & 0x1f;
-	else if (s[0] >= 0xe0 && s[0] <= 0xef)
-		k = 3, c = s[0] & 0x0f;
-	else if (s[0] >= 0xf0 && s[0] <= 0xf4)
-		k = 4, c = s[0] & 0x07;
-	else
-		return 0;
-	if (n < k)
-		return 0;
-	for (size_t i = 1; i < k; i++) {
-		if ((s[i] & 0xc0) != 0x80)
-			return 0;
-		c = c << 6 | (s[i] & 0x3f);
-	}
-	/* Overlong forms, surrogates, past U+10FFFF. */
-	if ((k == 3 && c < 0x800) || (k == 4 && (c < 0x10000 ||
-	    c > 0x10ffff)) || (c >= 0xd800 && c <= 0xdfff))
-		return 0;
-	return k;
-}
-
 void
 label_json(struct out *o, const struct tq_index *ix, const char *ixpath,
     uint64_t id)

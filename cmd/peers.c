@@ -92,34 +92,6 @@ put_utf8(char *o, uint32_t c)
 	return 4;
 }
 
-/* Length of a valid UTF-8 sequence of at most max bytes at p, or 0. */
-static size_t
-utf8_seq(const unsigned char *p, size_t max)
-{
-	uint32_t c;
-	size_t n, i;
-
-	if (p[0] >= 0xc2 && p[0] <= 0xdf)
-		n = 2, c = p[0] & 0x1f;
-	else if (p[0] >= 0xe0 && p[0] <= 0xef)
-		n = 3, c = p[0] & 0x0f;
-	else if (p[0] >= 0xf0 && p[0] <= 0xf4)
-		n = 4, c = p[0] & 0x07;
-	else
-		return 0;
-	if (n > max)
-		return 0;
-	for (i = 1; i < n; i++) {
-		if ((p[i] & 0xc0) != 0x80)
-			return 0;
-		c = c << 6 | (p[i] & 0x3f);
-	}
-	if ((n == 3 && c < 0x800) || (n == 4 && (c < 0x10000 ||
-	    c > 0x10ffff)) || (c >= 0xd800 && c <= 0xdfff))
-		return 0;
-	return n;
-}
-
 /*
  * A string at l->p (the opening quote); *out gets it decoded and
  * NUL-terminated when out != NULL.  A \u0000 is refused, since the
@@ -206,7 +178,7 @@ string(struct lex *l, char **out)
 			l->p++;
 			continue;
 		}
-		if ((c = (uint32_t)utf8_seq(l->p, (size_t)(l->end - l->p))) ==
+		if ((c = (uint32_t)utf8_len(l->p, (size_t)(l->end - l->p))) ==
 		    0) {
 			free(buf);
 			return syntax(l, "invalid UTF-8");

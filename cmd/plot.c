@@ -75,35 +75,6 @@ text_width(const char *s, double px)
 	return (double)text_chars(s) * CHAR_W * px;
 }
 
-/* Length in bytes of a valid UTF-8 sequence at s, or 0. */
-static size_t
-utf8_len(const unsigned char *s)
-{
-	size_t n, i;
-	uint32_t c;
-
-	if (s[0] < 0x80)
-		return 1;
-	if (s[0] >= 0xc2 && s[0] <= 0xdf)
-		n = 2, c = s[0] & 0x1f;
-	else if (s[0] >= 0xe0 && s[0] <= 0xef)
-		n = 3, c = s[0] & 0x0f;
-	else if (s[0] >= 0xf0 && s[0] <= 0xf4)
-		n = 4, c = s[0] & 0x07;
-	else
-		return 0;
-	for (i = 1; i < n; i++) {
-		if ((s[i] & 0xc0) != 0x80)
-			return 0;
-		c = c << 6 | (s[i] & 0x3f);
-	}
-	if ((n == 3 && c < 0x800) || (n == 4 && (c < 0x10000 ||
-	    c > 0x10ffff)) || (c >= 0xd800 && c <= 0xdfff) ||
-	    c == 0xfffe || c == 0xffff)
-		return 0;
-	return n;
-}
-
 /*
  * Text content or attribute value: the five XML specials escaped, and
  * what XML 1.0 cannot hold (control characters, bytes that are not UTF-8)
@@ -122,7 +93,7 @@ put_text(struct out *o, const char *s, size_t max)
 			return;
 		}
 		chars++;
-		n = utf8_len(p);
+		n = utf8_len(p, strlen((const char *)p));
 		if (n == 0) {
 			out_printf(o, "?");
 			n = 1;
