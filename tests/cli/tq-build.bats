@@ -100,6 +100,8 @@ setup() {
 
 @test "tq-build: progress on a terminal only: reading, then writing lists" {
 	command -v script >/dev/null || skip "no script(1)"
+	script -qec true /dev/null </dev/null >/dev/null 2>&1 ||
+	    skip "script(1) cannot make a pseudo-terminal here (no /dev/pts?)"
 	mkfix c.bin 32 9001 4 --clusters 8
 	"$TQ_BIN/tq-fit" -i c.bin --lists 8 -o q.tq
 	tq tofvecs c.bin c.fvecs
