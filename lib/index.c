@@ -37,6 +37,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -1678,6 +1679,64 @@ advise_originals(const struct tq_index *ix)
 	}
 }
 
+/*
+ * The limit of a memory cgroup file (cgroup v2 memory.max, v1
+ * memory.limit_in_bytes) under root for the process's cgroup named by
+ * the /proc/self/cgroup line's path; UINT64_MAX when none is set or it
+ * cannot be read.
+ */
+static uint64_t
+cgroup_limit(const char *root, const char *path, const char *file)
+{
+	char name[4096], buf[64];
+	unsigned long long v;
+	FILE *f;
+
+	if ((size_t)snprintf(name, sizeof(name), "%s%s/%s", root, path,
+	    file) >= sizeof(name) || (f = fopen(name, "re")) == NULL)
+		return UINT64_MAX;
+	if (fgets(buf, sizeof(buf), f) == NULL ||
+	    sscanf(buf, "%llu", &v) != 1)
+		v = UINT64_MAX;		/* "max" */
+	fclose(f);
+	return (uint64_t)v;
+}
+
+/*
+ * The memory this process may fill: the machine's, or its memory
+ * cgroup's limit when that is smaller (a cgroup counts the page cache).
+ */
+static uint64_t
+memory_budget(void)
+{
+	char line[4096];
+	uint64_t m = (uint64_t)sysconf(_SC_PHYS_PAGES) *
+	    (uint64_t)sysconf(_SC_PAGESIZE), l;
+	FILE *f;
+
+	if ((f = fopen("/proc/self/cgroup", "re")) == NULL)
+		return m;
+	while (fgets(line, sizeof(line), f) != NULL) {
+		char *p = strchr(line, ':'), *q;
+
+		if (p == NULL || (q = strchr(p + 1, ':')) == NULL)
+			continue;
+		q[strcspn(q, "\n")] = '\0';
+		if (strncmp(line, "0::", 3) == 0)
+			l = cgroup_limit("/sys/fs/cgroup", q + 1,
+			    "memory.max");
+		else if (strncmp(p, ":memory:", 8) == 0)
+			l = cgroup_limit("/sys/fs/cgroup/memory", q + 1,
+			    "memory.limit_in_bytes");
+		else
+			continue;
+		if (l < m)
+			m = l;
+	}
+	fclose(f);
+	return m;
+}
+
 /* Opens the index on fd (not closed), or on path when fd < 0. */
 static enum tq_status
 index_open(const char *path, int fd, struct tq_index **out)
@@ -1699,6 +1758,7 @@ index_open(const char *path, int fd, struct tq_index **out)
 		return rc;
 	}
 	advise_originals(ix);
+	ix->spills = ix->file.size > memory_budget() / 2;
 	*out = ix;
 	return TQ_OK;
 }

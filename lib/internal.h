@@ -590,6 +590,10 @@ struct tq_index {
 	struct tq_part *parts;		/* malloc'd */
 	struct tq_labview *lab;		/* labels per segment (labels.c),
 					   malloc'd, or NULL */
+	int spills;			/* the file is larger than half the
+					   memory this process may use: a
+					   search asks for a query's lists
+					   and candidates' originals ahead */
 };
 
 /* The segment that holds row r of the row space (r < 32 nblocks). */

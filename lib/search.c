@@ -672,6 +672,36 @@ query_segs(const struct ctx *c, size_t i, struct seg *sg)
 	return ns;
 }
 
+/* Asks the kernel to read bytes [a, a + len) ahead (madvise). */
+static void
+advise_range(const struct ctx *c, const void *a, size_t len)
+{
+	uintptr_t a0 = (uintptr_t)a & ~(c->page - 1);
+
+	(void)madvise((void *)a0, (uintptr_t)a + len - a0, MADV_WILLNEED);
+}
+
+/*
+ * An index larger than memory: the codes and factors of all of a query's
+ * lists are asked for at once, so that a cold query waits for one round
+ * of reads, not a page fault after another list by list.
+ */
+static void
+advise_segs(const struct ctx *c, const struct seg *sg, size_t ns)
+{
+	if (!c->ix->spills || c->ix->nlist == 0)
+		return;
+	for (size_t e = 0; e < ns; e++) {
+		const struct tq_part *p = sg[e].p;
+		uint64_t nb = sg[e].b1 - sg[e].b0;
+
+		advise_range(c, blk_codes(c, p, sg[e].b0),
+		    nb * c->ix->block_bytes);
+		advise_range(c, blk_factors(p, sg[e].b0),
+		    nb * TQ_BLOCK * TQ_NFACTORS * sizeof(float));
+	}
+}
+
 /*
  * The next run of blocks to scan from *b (< b1): with a mask, blocks with
  * nothing to return are skipped and the run ends before the next such
@@ -1109,10 +1139,8 @@ advise_row(const struct ctx *c, uint64_t r)
 {
 	size_t len = (size_t)c->dim * (c->ix->originals == TQ_ORIG_F16 ? 2 :
 	    4);
-	uintptr_t a = (uintptr_t)row_orig(c, r), a0;
 
-	a0 = a & ~(c->page - 1);
-	(void)madvise((void *)a0, a + len - a0, MADV_WILLNEED);
+	advise_range(c, row_orig(c, r), len);
 }
 
 /*
@@ -1247,6 +1275,10 @@ finish(struct worker *w, size_t i, const struct tq_topk *cand,
 	 * candidates' ids, read below, are just as scattered.
 	 */
 	if (c->rerank) {
+		/* Larger than memory: all the originals asked for at once. */
+		if (c->ix->spills)
+			for (t = 0; t < cand->len; t++)
+				advise_row(c, cand->id[t]);
 		for (t = 0; t < cand->len; t++) {
 			const struct tq_part *p = tq_part_of_row(c->ix,
 			    cand->id[t]);
@@ -1471,6 +1503,7 @@ range_one(struct worker *w, size_t i)
 	w->st.t_tables += t1 - t0;
 	w->nhits = 0;
 	nseg = query_segs(c, i, w->segs);
+	advise_segs(c, w->segs, nseg);
 	for (size_t e = 0; e < nseg; e++)
 		if (range_collect(w, t, i, margin_q, w->segs[e].b0,
 		    w->segs[e].b1, &w->segs[e]) != 0) {
@@ -1527,6 +1560,7 @@ run(void *arg)
 			double t0 = c->timed ? now() : 0.0, t1;
 
 			ns = query_segs(c, i, w->segs);
+			advise_segs(c, w->segs, ns);
 
 			tq_lut_build(c->q, c->rq + i * c->dim, &w->lut[0]);
 			c->qerr[i] = w->lut[0].err;
@@ -1889,6 +1923,7 @@ run_split(struct ctx *c, struct scratch *s, size_t i)
 	if (c->timed)
 		w0->st.t_tables += now() - t0;
 	c->nseg = query_segs(c, i, s->segs);
+	advise_segs(c, s->segs, c->nseg);
 	c->segs = s->segs;
 	for (size_t e = 0; e < c->nseg; e++)
 		vb += s->segs[e].b1 - s->segs[e].b0;
@@ -2194,6 +2229,7 @@ tq_search_range(const struct tq_index *ix, const float *queries, size_t nq,
 	c.kern = tq_kernels();
 	c.metric = q->metric;
 	c.dim = q->dim;
+	c.page = (uintptr_t)sysconf(_SC_PAGESIZE);
 	c.rq = s.rq;
 	c.qc = s.qc;
 	c.qn2 = s.qn2;

@@ -1,0 +1,85 @@
+#!/usr/bin/env bats
+# An index larger than the memory a search may use: inside a memory cgroup
+# smaller than twice the file, tq-search asks the kernel for each query's
+# lists and its candidates' originals ahead (madvise WILLNEED, seen with
+# strace), and returns what it returns outside.  Needs root, a writable
+# memory cgroup and strace; skipped otherwise, and under the sanitizers
+# (their shadow memory does not fit a small cgroup).
+
+load helpers
+
+# The memory cgroup hierarchy: "v2 DIR" or "v1 DIR", or nothing.
+cg_root() {
+	if grep -qw memory /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then
+		echo "v2 /sys/fs/cgroup"
+	elif [ -w /sys/fs/cgroup/memory/cgroup.procs ]; then
+		echo "v1 /sys/fs/cgroup/memory"
+	fi
+}
+
+setup_file() {
+	local F=$BATS_FILE_TMPDIR
+	# 48 000 x 128 f32 originals: a 27 MB index.
+	mkfix "$F/c.bin" 128 48000 7 --clusters 40
+	tq rows "$F/c.bin" "$F/q.bin" 5,999,12345,30000,47999
+	"$TQ_BIN/tq-fit" -i "$F/c.bin" --lists 64 -o "$F/q.tqq"
+	"$TQ_BIN/tq-build" -q "$F/q.tqq" --originals f32 -o "$F/i.tqi" \
+	    "$F/c.bin"
+}
+
+setup() {
+	cd_tmp
+	F=$BATS_FILE_TMPDIR
+	[ "$(id -u)" -eq 0 ] || skip "needs root for a memory cgroup"
+	command -v strace >/dev/null || skip "needs strace"
+	! grep -q __asan_init "$TQ_BIN/tq-search" ||
+	    skip "sanitizer build: shadow memory exceeds the cgroup"
+	read -r CGKIND CGROOT < <(cg_root) || true
+	[ -n "${CGROOT:-}" ] || skip "no writable memory cgroup"
+	CG=$CGROOT/tq-memory-bats-$$
+	mkdir "$CG" || skip "cannot make a memory cgroup"
+}
+
+teardown() {
+	[ -n "${CG:-}" ] && [ -d "$CG" ] && rmdir "$CG" 2>/dev/null || true
+}
+
+# Runs its arguments as a process of the cgroup, limited to $1 bytes.
+in_cgroup() {
+	local limit=$1
+	shift
+	if [ "$CGKIND" = v2 ]; then
+		echo "$limit" >"$CG/memory.max"
+	else
+		echo "$limit" >"$CG/memory.limit_in_bytes"
+	fi
+	sh -c 'echo $$ >"$1/cgroup.procs"; shift; exec "$@"' sh "$CG" "$@"
+}
+
+# The madvise(MADV_WILLNEED) calls of one search, as strace counts them.
+willneed() {
+	grep -c 'MADV_WILLNEED' "$1" || true
+}
+
+@test "tq-search: an index larger than memory is read ahead, same results" {
+	local size
+	size=$(stat -c %s "$F/i.tqi")
+	[ "$size" -gt 20000000 ]
+	"$TQ_BIN/tq-search" -k 10 --probes 8 --oversample 4 --threads 1 \
+	    -i "$F/q.bin" "$F/i.tqi" >free.tsv
+	strace -f -e trace=madvise -o free.trace "$TQ_BIN/tq-search" -k 10 \
+	    --probes 8 --oversample 4 --threads 1 -i "$F/q.bin" "$F/i.tqi" \
+	    >/dev/null
+	# Limited to 1.5 times the file: less than twice it, so it spills.
+	in_cgroup $((size * 3 / 2)) strace -f -e trace=madvise \
+	    -o small.trace "$TQ_BIN/tq-search" -k 10 --probes 8 \
+	    --oversample 4 --threads 1 -i "$F/q.bin" "$F/i.tqi" >small.tsv
+	cmp free.tsv small.tsv
+	[ "$(willneed free.trace)" -eq 0 ]
+	# 5 queries: 8 lists' codes and factors and 40 originals each.
+	[ "$(willneed small.trace)" -ge 200 ]
+	# Two threads share the queries: the same results.
+	in_cgroup $((size * 3 / 2)) "$TQ_BIN/tq-search" -k 10 --probes 8 \
+	    --oversample 4 --threads 2 -i "$F/q.bin" "$F/i.tqi" >small2.tsv
+	cmp free.tsv small2.tsv
+}
