@@ -13,6 +13,7 @@ OUT/mnist-784-train.fvecs, -test.fvecs (a seeded draw of NQ queries),
 """
 
 import json
+import math
 import os
 import sys
 
@@ -56,15 +57,18 @@ def main():
     for part, idx in (("train", train_i), ("test", test_i)):
         with open("%s-%s.labels" % (base, part), "w") as f:
             f.writelines("%d\n" % y[i] for i in idx)
+    # BLAS picks 2k candidates, whose distances are then summed again,
+    # exactly rounded (math.fsum of IEEE squares), so that the order (ties
+    # by the lower row) does not depend on the BLAS, its threads or the CPU.
     b = xb.astype(np.float64)
     q = xq.astype(np.float64)
     d2 = (q * q).sum(1)[:, None] - 2 * q @ b.T + (b * b).sum(1)[None, :]
     nbr = np.empty((nq, k), dtype=np.int32)
+    m = min(2 * k, len(b) - 1)
     for j in range(nq):
-        row = d2[j]
-        kth = np.partition(row, k - 1)[k - 1]
-        cand = np.nonzero(row <= kth)[0]
-        nbr[j] = cand[np.lexsort((cand, row[cand]))][:k]
+        cand = np.sort(np.argpartition(d2[j], m)[:m])
+        d = np.array([math.fsum((q[j] - b[c]) ** 2) for c in cand])
+        nbr[j] = cand[np.lexsort((cand, d))][:k]
     rec = np.empty((nq, k + 1), dtype="<i4")
     rec[:, 0] = k
     rec[:, 1:] = nbr

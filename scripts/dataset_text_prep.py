@@ -113,6 +113,38 @@ def write_fvecs(path, x):
     rec.tofile(path)
 
 
+def exact_cosine_topk(xb, xq, k):
+    """The k most similar rows of xb to each row of xq by cosine.
+
+    BLAS (float64) picks 2k candidates; their cosines are then computed
+    again exactly rounded (math.fsum of products of float32 values, which
+    float64 holds exactly), so that the order (ties by the lower row) and
+    the distances do not depend on the BLAS, its threads or the CPU."""
+    import math
+    import numpy as np
+    b = xb.astype(np.float64)
+    q = xq.astype(np.float64)
+    bnorm = np.array([math.sqrt(math.fsum(r * r)) for r in b])
+    qnorm = np.array([math.sqrt(math.fsum(r * r)) for r in q])
+    bn = b / bnorm[:, None]
+    qn = q / qnorm[:, None]
+    nq = len(q)
+    nbr = np.empty((nq, k), dtype=np.int32)
+    dist = np.empty((nq, k), dtype=np.float32)
+    m = min(2 * k, len(b) - 1)
+    for s in range(0, nq, 100):
+        sim = qn[s:s + 100] @ bn.T
+        for j in range(sim.shape[0]):
+            i = s + j
+            cand = np.sort(np.argpartition(-sim[j], m)[:m])
+            cos = np.array([math.fsum(q[i] * b[c]) / (qnorm[i] * bnorm[c])
+                            for c in cand])
+            order = np.lexsort((cand, -cos))[:k]
+            nbr[i] = cand[order]
+            dist[i] = 1.0 - cos[order]
+    return nbr, dist
+
+
 def write(work, out, dim, seed, nq, k):
     import numpy as np
     rows = []
@@ -149,25 +181,7 @@ def write(work, out, dim, seed, nq, k):
         with open("%s-%s.words" % (base, part), "w", encoding="utf-8") as f:
             for i in idx:
                 f.write("%s\t%s\n" % (rows[i][0], rows[i][1]))
-    # Exact cosine neighbours, float64, ties by the lower row.
-    bn = xb.astype(np.float64)
-    bn /= np.linalg.norm(bn, axis=1, keepdims=True)
-    qn = xq.astype(np.float64)
-    qn /= np.linalg.norm(qn, axis=1, keepdims=True)
-    nbr = np.empty((nq, k), dtype=np.int32)
-    dist = np.empty((nq, k), dtype=np.float32)
-    for s in range(0, nq, 100):
-        sim = qn[s:s + 100] @ bn.T
-        for j in range(sim.shape[0]):
-            row = sim[j]
-            cand = np.argpartition(-row, k)[:k + 1]
-            # Stable order: by similarity descending, then row ascending;
-            # widen the candidates to every row tied with the k-th.
-            kth = np.sort(row[cand])[::-1][k - 1]
-            cand = np.nonzero(row >= kth)[0]
-            order = np.lexsort((cand, -row[cand]))[:k]
-            nbr[s + j] = cand[order]
-            dist[s + j] = 1.0 - row[cand[order]]
+    nbr, dist = exact_cosine_topk(xb, xq, k)
     with open(base + "-neighbors.ivecs", "wb") as f:
         rec = np.empty((nq, k + 1), dtype="<i4")
         rec[:, 0] = k
