@@ -382,6 +382,10 @@ enum tq_status tq_rotation_make(uint32_t dim, enum tq_rotation kind,
 /* The kind TQ_ROT_AUTO stands for at dim with block width (0: none). */
 enum tq_rotation tq_rotation_resolve(uint32_t dim, enum tq_rotation kind,
     uint32_t width);
+/* The block width it is made with: 1, the narrowest, for auto from
+   TQ_ROT_NARROW_MIN dimensions up; else width. */
+uint32_t tq_rotation_width(uint32_t dim, enum tq_rotation kind,
+    uint32_t width);
 enum tq_status tq_rotation_check(uint32_t dim, enum tq_rotation kind,
     const void *payload, size_t len);
 void tq_rotate(const struct tq_quantizer *q, const float *x, size_t n,

@@ -125,6 +125,20 @@ nearest_rows(const struct tq_ivf *v, uint32_t dim, const float *x,
 			    (double)inv * v->cmax + v->n2max);
 			e = exact ? 0.0 : 2.0 * e;
 
+			if (exact) {
+				/*
+				 * The scores are already the fixed-order ones
+				 * (a dot product does not depend on the rows
+				 * beside it), and the heap orders (score,
+				 * list) totally, NaN as -inf: its p lists are
+				 * the answer, without a second pass.
+				 */
+				tq_topk_reset(&h);
+				for (o = 0; o < nl; o++)
+					tq_topk_push(&h, list_score(v, o, si[o],
+					    inv, ip), o);
+				goto ranked;
+			}
 			if (p == 1) {
 				/* The heap's root for one list, as a scan. */
 				float best = -INFINITY;
@@ -162,6 +176,7 @@ nearest_rows(const struct tq_ivf *v, uint32_t dim, const float *x,
 				tq_topk_push(&h, list_score(v, o, dot, inv, ip),
 				    o);
 			}
+ranked:
 			tq_topk_sort(&h);
 			for (t = 0; t < p; t++) {
 				out[t] = (uint32_t)h.id[t];

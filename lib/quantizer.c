@@ -373,8 +373,9 @@ tq_quantizer_fit(const struct tq_fit_params *p, struct tq_reader *data,
 		memset(q->centre, 0, dim * sizeof(float));
 	if (lists != 0 && (st = fit_lists(q, p, &rs, seen)) != TQ_OK)
 		goto fail;
-	if ((st = tq_rotation_make(dim, q->rotation, p->rotation_block,
-	    p->seed, &q->rot, &q->rot_len)) != TQ_OK)
+	if ((st = tq_rotation_make(dim, q->rotation, tq_rotation_width(dim,
+	    p->rotation, p->rotation_block), p->seed, &q->rot,
+	    &q->rot_len)) != TQ_OK)
 		goto fail;
 	if (data != NULL && !p->no_centre)
 		tq_rotate(q, q->centre, 1, q->rcentre);

@@ -1742,7 +1742,14 @@ scratch_alloc(struct scratch *s, const struct tq_quantizer *q, unsigned nw,
 	for (t = 0; t < nw; t++) {
 		struct worker *w = &s->w[t];
 
-		w->acc = aligned_alloc(64, ACC_SUMS * sizeof(*w->acc));
+		/*
+		 * One table a worker (single queries, IVF queries) never
+		 * takes the multi-query kernel: one call's sums, 8 KiB,
+		 * instead of a tile's 256 KiB, which malloc maps and the
+		 * kernel zero-fills again for every tq_search call.
+		 */
+		w->acc = aligned_alloc(64, (ntab >= 2 ? ACC_SUMS :
+		    SCAN_BLOCKS * TQ_BLOCK) * sizeof(*w->acc));
 		w->codes = malloc(q->dim);
 		w->row = tq_mallocarray(q->dim, sizeof(*w->row));
 		w->segs = tq_mallocarray(nseg, sizeof(*w->segs));

@@ -327,7 +327,11 @@ void tq_normalize_rows(float *rows, size_t n, uint32_t dim);
 struct tq_quantizer;
 
 enum tq_rotation {
-	TQ_ROT_AUTO = 0,	/* dense up to TQ_DENSE_MAX_DIM, else structured */
+	TQ_ROT_AUTO = 0,	/* dense below TQ_ROT_NARROW_MIN dimensions,
+				   else structured with the narrowest blocks
+				   (rotation_block 1); quantizers made before
+				   this default was chosen were dense up to
+				   TQ_DENSE_MAX_DIM and keep their rotation */
 	TQ_ROT_DENSE = 1,	/* Haar-random orthogonal d x d (QR, LAPACK) */
 	TQ_ROT_STRUCTURED = 2	/* rounds of permutation + dense Haar blocks
 				   that mix all coordinates: three of ~256
@@ -335,6 +339,7 @@ enum tq_rotation {
 				   of a narrower rotation_block */
 };
 #define TQ_DENSE_MAX_DIM 4096u
+#define TQ_ROT_NARROW_MIN 256u
 #define TQ_ROT_BLOCK_MAX 256u
 
 /*

@@ -55,11 +55,26 @@ sum_of() {
 	local c
 	# d = 1536 with seed 1: OpenBLAS's Haswell dgemm once gave other
 	# bytes here than its Prescott and SkylakeX kernels.
-	"$TQ_BIN/tq-fit" -d 1536 -b 4 -s 1 -o ref.tq
+	"$TQ_BIN/tq-fit" -d 1536 -b 4 -s 1 --rotation dense -o ref.tq
 	for c in Haswell $(cores); do
 		OPENBLAS_CORETYPE=$c TQ_BLAS_REEXEC=0 "$TQ_BIN/tq-fit" \
-		    -d 1536 -b 4 -s 1 -o "d-$c.tq"
+		    -d 1536 -b 4 -s 1 --rotation dense -o "d-$c.tq"
 		cmp ref.tq "d-$c.tq"
+	done
+}
+
+@test "tq-fit: the default (narrow) rotation and lists have the same bytes across cores and threads" {
+	local c t
+	mkfix c.bin 300 2000 3 --clusters 20
+	"$TQ_BIN/tq-fit" -i c.bin --lists auto -o ref.tq
+	"$TQ_BIN/tq-inspect" ref.tq | grep -qx "rotation-blocks 17 in 5 rounds"
+	for c in Haswell $(cores); do
+		for t in 1 2; do
+			OPENBLAS_CORETYPE=$c OPENBLAS_NUM_THREADS=$t \
+			    TQ_BLAS_REEXEC=0 "$TQ_BIN/tq-fit" -i c.bin \
+			    --lists auto --threads $t -o "a-$c-$t.tq"
+			cmp ref.tq "a-$c-$t.tq"
+		done
 	done
 }
 

@@ -94,10 +94,26 @@ jfield() {
 	"$TQ_BIN/tq-fit" -d 24 --rotation auto -o a.tq
 	assert_equal "$(jfield d.tq rotation)" '"dense"'
 	assert_equal "$(jfield s.tq rotation)" '"structured"'
-	cmp a.tq d.tq	# auto is dense up to 4096
+	cmp a.tq d.tq	# auto is dense below 256 dimensions
 	"$TQ_BIN/tq-fit" -d 24 --scale-search -o x.tq
 	! cmp -s x.tq a.tq || false
 	assert_equal "$(jfield x.tq scale_search)" true
+}
+
+@test "tq-fit: auto rotation is dense below 256 dimensions, else --rotation-block 1" {
+	"$TQ_BIN/tq-fit" -d 255 -o a255.tq
+	assert_equal "$(jfield a255.tq rotation)" '"dense"'
+	"$TQ_BIN/tq-fit" -d 300 -o a300.tq
+	"$TQ_BIN/tq-fit" -d 300 --rotation-block 1 -o b300.tq
+	"$TQ_BIN/tq-fit" -d 300 --rotation dense -o d300.tq
+	"$TQ_BIN/tq-fit" -d 300 --rotation structured -o s300.tq
+	cmp a300.tq b300.tq
+	assert_equal "$(jfield a300.tq rotation)" '"structured"'
+	assert_equal "$(jfield a300.tq rotation_blocks)" 17
+	assert_equal "$(jfield a300.tq rotation_rounds)" 5
+	assert_equal "$(jfield d300.tq rotation)" '"dense"'
+	# --rotation structured alone keeps the wide layout.
+	assert_equal "$(jfield s300.tq rotation_rounds)" 3
 }
 
 @test "tq-fit: odd dimensions 1, 3, 17 and a structured 33" {

@@ -846,6 +846,18 @@ test_ivf_nearest(void)
 		CHECK(!bad);
 		if (mode == 0)
 			CHECK(got[0] == 5 && got[1] == 20);
+		/* One row at a time (the one-pass fixed-order path), p and 1. */
+		for (uint32_t i = 0; i < n; i++) {
+			uint32_t one[5], first;
+
+			CHECK_OK(tq_ivf_nearest(&v, dim, x + i * dim, 1, norm,
+			    ip, p, one, NULL));
+			CHECK_OK(tq_ivf_nearest(&v, dim, x + i * dim, 1, norm,
+			    ip, 1, &first, NULL));
+			bad |= memcmp(one, got + i * p, sizeof(one)) != 0 ||
+			    first != got[i * p];
+		}
+		CHECK(!bad);
 	}
 	/* Centroids so large the scores overflow: still p lists < nlist. */
 	for (uint32_t i = 0; i < nl * dim; i++)
@@ -857,6 +869,15 @@ test_ivf_nearest(void)
 
 		for (uint32_t i = 0; i < n * p; i++)
 			ok &= got[i] < nl;
+		CHECK(ok);
+		for (uint32_t i = 0; i < n; i++) {
+			uint32_t one[5];
+
+			CHECK_OK(tq_ivf_nearest(&v, dim, x + i * dim, 1, 0, 0,
+			    p, one, NULL));
+			for (uint32_t t = 0; t < p; t++)
+				ok &= one[t] < nl;
+		}
 		CHECK(ok);
 	}
 	free(v.n2);

@@ -268,6 +268,54 @@ test_structured(void)
 }
 
 /*
+ * The auto rotation: dense below TQ_ROT_NARROW_MIN dimensions, above it
+ * the same bytes as --rotation-block 1 (five rounds of floor(sqrt(d))
+ * blocks); a width given with auto still asks for a structured one.
+ */
+static void
+test_rotation_auto(void)
+{
+	static const uint32_t dense[] = { 1, 3, 100, 255 };
+	static const uint32_t narrow[] = { 256, 300, 784, 5000 };
+	size_t k;
+
+	for (k = 0; k < sizeof(dense) / sizeof(dense[0]); k++) {
+		struct tq_quantizer *q = make_q(dense[k], 2, TQ_METRIC_L2,
+		    TQ_ROT_AUTO, 5, 0);
+
+		CHECK(q->rotation == TQ_ROT_DENSE);
+		CHECK(q->rot_len == (size_t)dense[k] * dense[k] * 4);
+		tq_quantizer_free(q);
+	}
+	for (k = 0; k < (quick ? 3 : 4); k++) {
+		uint32_t d = narrow[k], nb = 1;
+		struct tq_quantizer *q = make_q(d, 2, TQ_METRIC_L2,
+		    TQ_ROT_AUTO, 5, 0);
+		struct tq_quantizer *r = make_qw(d, 2, TQ_METRIC_L2,
+		    TQ_ROT_STRUCTURED, 1, 5, 0);
+
+		while ((uint64_t)(nb + 1) * (nb + 1) <= d)
+			nb++;
+		CHECK(q->rotation == TQ_ROT_STRUCTURED);
+		CHECK(q->rot[0] == 5.0f && q->rot[1] == (float)nb);
+		CHECK(q->rot_len == r->rot_len &&
+		    memcmp(q->rot, r->rot, q->rot_len) == 0);
+		CHECK(tq_quantizer_fingerprint(q) ==
+		    tq_quantizer_fingerprint(r));
+		tq_quantizer_free(q);
+		tq_quantizer_free(r);
+	}
+	{
+		struct tq_quantizer *q = make_qw(100, 2, TQ_METRIC_L2,
+		    TQ_ROT_AUTO, 17, 5, 0);
+
+		CHECK(q->rotation == TQ_ROT_STRUCTURED);
+		CHECK(q->rot[0] == 5.0f && q->rot[1] == 6.0f);
+		tq_quantizer_free(q);
+	}
+}
+
+/*
  * A narrow layout (five rounds) applied as tq(5) says, written out: each
  * round gathers x'[i] = x[perm[i]], then block k maps v to H^T v, output
  * i summed from 0 over j = 0, 1, ... of v_j H[j][i] in float.
@@ -1306,6 +1354,7 @@ main(void)
 	RUN(test_dense_orthogonal);
 	RUN(test_structured);
 	RUN(test_structured_header);
+	RUN(test_rotation_auto);
 	RUN(test_narrow_reference);
 	RUN(test_structured_vs_dense);
 	RUN(test_seed);
