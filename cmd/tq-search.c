@@ -321,9 +321,16 @@ main(int argc, char *argv[])
 			likepath = optarg;
 			break;
 		case OPT_OVERSAMPLE:
-			sp.oversample = strcmp(optarg, "auto") == 0 ?
-			    TQ_OVERSAMPLE_AUTO : parse_float(optarg, 1, 1000,
-			    "oversample");
+			if (strncmp(optarg, "auto", 4) == 0 &&
+			    (optarg[4] == '\0' || optarg[4] == ':')) {
+				sp.oversample = TQ_OVERSAMPLE_AUTO;
+				if (optarg[4] == ':')
+					sp.auto_z = parse_float(optarg + 5,
+					    0.1f, 10.0f, "oversample auto:z");
+			} else {
+				sp.oversample = parse_float(optarg, 1, 1000,
+				    "oversample");
+			}
 			break;
 		case OPT_PROBES:
 			sp.probes = parse_u32(optarg, 1, UINT32_MAX, "probes");
