@@ -58,7 +58,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -116,13 +115,6 @@
 #define REFINE_TILE_MAX (1u << 18)
 /* Rows the refinement scores at once. */
 #define REFINE_ROWS 4
-/*
- * Error-bounded re-rank (oversample TQ_OVERSAMPLE_AUTO): see finish_auto.
- * At most AUTO_ADVISE originals a query are asked of the kernel ahead
- * (madvise), so a cold query waits for one round of reads, not one per
- * candidate.
- */
-#define AUTO_ADVISE 64
 
 void
 tq_search_params_default(struct tq_search_params *p)
@@ -534,7 +526,6 @@ struct ctx {
 	double az;
 	float rho_g;
 	float *qerr;		/* each query's table bound (tq_lut err) */
-	uintptr_t page;		/* the page size, for madvise */
 };
 
 /* Candidate t of query q of a tile, row `row`. */
@@ -1096,18 +1087,6 @@ row_rho(const struct ctx *c, uint64_t r)
 	return v >= 0.0f && v < INFINITY ? v : c->rho_g;
 }
 
-/* Asks the kernel to read the pages of row r's original (madvise). */
-static void
-advise_row(const struct ctx *c, uint64_t r)
-{
-	size_t len = (size_t)c->dim * (c->ix->originals == TQ_ORIG_F16 ? 2 :
-	    4);
-	uintptr_t a = (uintptr_t)row_orig(c, r), a0;
-
-	a0 = a & ~(c->page - 1);
-	(void)madvise((void *)a0, a + len - a0, MADV_WILLNEED);
-}
-
 /*
  * The score interval of candidate a of query i from its key (a->key):
  * tq(5) "Error bound".  Every metric is bounded through a squared
@@ -1292,7 +1271,7 @@ finish_auto(struct worker *w, size_t i, const struct tq_topk *cand)
 	const float *qv = c->qv + i * c->dim;
 	struct acand *ac = w->ac;
 	uint32_t n = cand->len, k = c->k < n ? c->k : n, t, e, m;
-	uint32_t done = 0, nadv;
+	uint32_t done = 0, pf;
 	size_t qi[REFINE_ROWS] = { i, i, i, i };
 	double t0 = c->timed ? now() : 0.0, tr = 0.0;
 
@@ -1344,13 +1323,15 @@ finish_auto(struct worker *w, size_t i, const struct tq_topk *cand)
 	if (c->timed)
 		tr = now() - t0;
 
-	/* Those not settled now may be read: ask for them together. */
-	for (t = 0, nadv = 0; t < m && nadv < AUTO_ADVISE; t++)
-		if (count_at_least(w->ups, n, ac[t].lo) > k) {
-			advise_row(c, ac[t].row);
-			if (nadv < RERANK_AHEAD)
-				prefetch_original(c, ac[t].row);
-			nadv++;
+	/*
+	 * The originals of the next RERANK_AHEAD candidates not settled
+	 * when they were looked at are requested while others are scored
+	 * (those settled later are requested for nothing).
+	 */
+	for (pf = 0, e = 0; pf < m && e < RERANK_AHEAD; pf++)
+		if (count_at_least(w->ups, n, ac[pf].lo) > k) {
+			prefetch_original(c, ac[pf].row);
+			e++;
 		}
 	for (t = 0; t < m && ac[t].up >= w->sel[0]; t++) {
 		struct acand *a = &ac[t];
@@ -1358,6 +1339,11 @@ finish_auto(struct worker *w, size_t i, const struct tq_topk *cand)
 
 		if (count_at_least(w->ups, n, a->lo) <= k)
 			continue;	/* a result, whatever the others */
+		for (pf = pf > t ? pf : t + 1; pf < m; pf++)
+			if (count_at_least(w->ups, n, ac[pf].lo) > k) {
+				prefetch_original(c, ac[pf++].row);
+				break;
+			}
 		exact_keys(c, w, qv, &a->row, 1, &key);
 		done++;
 		ups_replace(w->ups, n, a->up, key);
@@ -2233,7 +2219,6 @@ tq_search(const struct tq_index *ix, const float *queries, size_t nq,
 	c.autor = p->oversample < 0.0f;
 	c.az = 2.0 * (p->auto_z > 0.0f ? (double)p->auto_z : TQ_AUTO_Z) *
 	    (1.0 + 1e-6) / sqrt(dim > 1 ? (double)dim - 1.0 : 1.0);
-	c.page = (uintptr_t)sysconf(_SC_PAGESIZE);
 	{
 		double dd = distortion[q->bits];
 
