@@ -764,9 +764,8 @@ struct tq_search_stats {
  * among the candidates is missed only when some error exceeds its bound,
  * which for one vector and query has a probability of about that of a
  * normal beyond +-z (z = 2: 4.6%, two-sided; far less for the set, since
- * only errors across the k-th score matter).  The originals of the
- * candidates that may be read are asked of the kernel together (madvise
- * WILLNEED) first.  Results never depend on threads, kernels or batches.
+ * only errors across the k-th score matter).  Results never depend on
+ * threads, kernels or batches.
  */
 #define TQ_OVERSAMPLE_AUTO (-1.0f)
 #define TQ_AUTO_Z 2.0
