@@ -10,11 +10,11 @@
 
 static const char usage_str[] =
     "tq-search [-k k] [-i queries | --like-file file] [-o output]\n"
-    "                 [--oversample f|auto] [--threads n] [--batch n]\n"
+    "                 [--oversample f|auto[:z]] [--threads n] [--batch n]\n"
     "                 [--format tsv|json|ivecs] [--dataset name] [--allow ids]\n"
     "                 [--radius r] [--probes n] [--labels] [--include-self]\n"
     "                 [--stats[=batch]] index\n"
-    "       tq-search --like [-k k] [-o output] [--oversample f|auto]\n"
+    "       tq-search --like [-k k] [-o output] [--oversample f|auto[:z]]\n"
     "                 [--threads n] [--format tsv|json|ivecs] [--allow ids]\n"
     "                 [--radius r] [--probes n] [--include-self]\n"
     "                 [--stats[=batch]] index label ...";
@@ -32,7 +32,8 @@ static const char help_str[] =
     "      --like-file file  the same, the labels one a line in file\n"
     "  -o output             where to write the results (default -: stdout)\n"
     "      --oversample f    re-rank k*f candidates exactly (default 1: none);\n"
-    "                        auto: as few as the error bound allows\n"
+    "                        auto[:z]: as few as the error bound allows at\n"
+    "                        confidence z (0.5 to 10, default 2)\n"
     "      --probes n        IVF: lists scanned per query (default lists/16)\n"
     "      --radius r        range search: every vector within r of each query\n"
     "      --stats           one JSON line of counts and times on stderr\n"
@@ -321,9 +322,16 @@ main(int argc, char *argv[])
 			likepath = optarg;
 			break;
 		case OPT_OVERSAMPLE:
-			sp.oversample = strcmp(optarg, "auto") == 0 ?
-			    TQ_OVERSAMPLE_AUTO : parse_float(optarg, 1, 1000,
-			    "oversample");
+			if (strncmp(optarg, "auto", 4) == 0 &&
+			    (optarg[4] == '\0' || optarg[4] == ':')) {
+				sp.oversample = TQ_OVERSAMPLE_AUTO;
+				if (optarg[4] == ':')
+					sp.auto_z = parse_float(optarg + 5,
+					    0.5f, 10.0f, "oversample auto:z");
+			} else {
+				sp.oversample = parse_float(optarg, 1, 1000,
+				    "oversample");
+			}
 			break;
 		case OPT_PROBES:
 			sp.probes = parse_u32(optarg, 1, UINT32_MAX, "probes");

@@ -976,6 +976,14 @@ float tq_exact_key(enum tq_metric m, const float *qv, const float *x,
 /* sum a[d] * b[d] in double, in the lanes of tq_exact_key. */
 double tq_dot_lanes(const float *a, const float *b, uint32_t dim);
 
+/*
+ * The error-bounded re-rank's interval (lib/bound.c, tq(5) "Error
+ * bound"): the squared distances D that an estimate in [dlo, dhi] allows
+ * when |estimate - D| <= a min(qn, sqrt(D)), into [*lo, *hi].
+ */
+void tq_bound_dist(double dlo, double dhi, double a, double qn, double *lo,
+    double *hi);
+
 /* A bounded top-k heap of (key, id): higher key better, ties smaller id. */
 struct tq_topk {
 	uint32_t k, len;

@@ -58,7 +58,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -116,16 +115,6 @@
 #define REFINE_TILE_MAX (1u << 18)
 /* Rows the refinement scores at once. */
 #define REFINE_ROWS 4
-/*
- * Error-bounded re-rank (oversample TQ_OVERSAMPLE_AUTO): the scan keeps
- * k * TQ_AUTO_CAP candidates; each gets its refined key and the half-width
- * TQ_AUTO_Z * |q'| |s| rho / sqrt(d - 1) (tq(5), "Error bound"; twice
- * that for l2), and they are re-ranked best upper bound first until the
- * next upper bound falls below the k-th exact key.  The originals of
- * AUTO_ROUND candidates are asked for together (madvise) before they are
- * read, so a cold query waits for one round of reads at a time.
- */
-#define AUTO_ROUND 16
 
 void
 tq_search_params_default(struct tq_search_params *p)
@@ -136,6 +125,7 @@ tq_search_params_default(struct tq_search_params *p)
 	p->allow = NULL;
 	p->probes = 0;
 	p->stats = NULL;
+	p->auto_z = 0.0f;
 }
 
 /* Seconds of a monotonic clock, for struct tq_search_stats. */
@@ -529,10 +519,11 @@ struct ctx {
 	size_t nseg;
 	float rmargin;		/* block-mode range search: its margin */
 	int timed;		/* stats asked: time the phases */
-	/* Error-bounded re-rank: on; each query's |q'| z / sqrt(d - 1)
-	   (twice for l2); rho of rows without their own. */
+	/* Error-bounded re-rank: on; each query's |q - c| (a little over);
+	   2 z / sqrt(d - 1) (a little over); rho of rows without their own. */
 	int autor;
-	const float *qh;
+	const float *qq;
+	double az;
 	float rho_g;
 	float *qerr;		/* each query's table bound (tq_lut err) */
 	uintptr_t page;		/* the page size, for madvise */
@@ -567,13 +558,18 @@ struct worker {
 	int nomem;		/* a block-mode range scan ran out */
 	struct seg *segs;	/* a query's segments (probes of them) */
 	struct tq_search_stats st;	/* this worker's share */
-	struct acand *ac;	/* auto re-rank: kc candidates */
-	float *ark;		/* a round's refined upper bounds */
+	struct acand *ac;	/* auto re-rank: kc candidates, */
+	float *ups;		/* their upper ends, sorted, */
+	float *sel;		/* scratch for the k-th lower end */
 };
 
-/* A candidate of the error-bounded re-rank: upper bound, h, row. */
+/*
+ * A candidate of the error-bounded re-rank: its score interval [lo, up],
+ * its key (scan, refined or exact: state 0, 1, 2) and row.
+ */
 struct acand {
-	float up, h;
+	float lo, up, key;
+	uint32_t state;
 	uint64_t row;
 };
 
@@ -700,6 +696,16 @@ advise_segs(const struct ctx *c, const struct seg *sg, size_t ns)
 		advise_range(c, blk_factors(p, sg[e].b0),
 		    nb * TQ_BLOCK * TQ_NFACTORS * sizeof(float));
 	}
+}
+
+/* Asks the kernel to read the pages of row r's original (madvise). */
+static void
+advise_row(const struct ctx *c, uint64_t r)
+{
+	size_t len = (size_t)c->dim * (c->ix->originals == TQ_ORIG_F16 ? 2 :
+	    4);
+
+	advise_range(c, row_orig(c, r), len);
 }
 
 /*
@@ -1122,7 +1128,142 @@ row_rho(const struct ctx *c, uint64_t r)
 	return v >= 0.0f && v < INFINITY ? v : c->rho_g;
 }
 
-/* Higher upper bound first, then smaller row. */
+/*
+ * The score interval of candidate a of query i from its key (a->key):
+ * tq(5) "Error bound".  Every metric is bounded through a squared
+ * distance D that is never below |q - x|^2 (the bound's width grows with
+ * it): l2 the key's own, cosine 2 - 2 <q, x>, ip |q|^2 + |x|^2 - 2 <q, x>;
+ * the estimate of D errs by twice that of <q, x>.  A scan key (state 0)
+ * also errs by the rounding of the query's tables, |s| E (twice in D).
+ * The keys' own float rounding is allowed for with a relative margin.
+ */
+static void
+auto_bounds(const struct ctx *c, size_t i, struct acand *a)
+{
+	const float *fs = blk_factors(tq_part_of_row(c->ix, a->row),
+	    a->row / TQ_BLOCK);
+	unsigned j = (unsigned)(a->row % TQ_BLOCK);
+	double s = fabs((double)fs[j]), x2 = (double)fs[2 * TQ_BLOCK + j];
+	double qn2 = (double)c->qn2[i], beta, dh, eps, t, lo, hi;
+	int l2 = c->metric == TQ_METRIC_L2;
+
+	if (l2)
+		beta = 0.0;
+	else if (c->metric == TQ_METRIC_COSINE)
+		beta = 2.0;
+	else
+		beta = qn2 + fabs(x2);
+	dh = l2 ? -(double)a->key : beta - 2.0 * (double)a->key;
+	eps = 1e-5 * (fabs(dh) + beta + qn2 + fabs(x2)) + 1e-30;
+	t = a->state == 0 ? 2.0 * 1.001 * s * (double)c->qerr[i] : 0.0;
+	tq_bound_dist(dh - t - eps, dh + t + eps, c->az * s *
+	    (double)row_rho(c, a->row), (double)c->qq[i], &lo, &hi);
+	if (l2) {
+		a->up = (float)-lo;
+		a->lo = (float)-hi;
+	} else {
+		a->up = (float)((beta - lo) / 2.0);
+		a->lo = (float)((beta - hi) / 2.0);
+	}
+}
+
+static int
+cmp_fdesc(const void *a, const void *b)
+{
+	float x = *(const float *)a, y = *(const float *)b;
+
+	return x > y ? -1 : x < y;
+}
+
+/*
+ * The k best lower ends of ac[0 .. n) (n >= k) into w->sel, ascending,
+ * so that w->sel[0] is the k-th best.
+ */
+static void
+floor_init(struct worker *w, uint32_t n, uint32_t k)
+{
+	for (uint32_t t = 0; t < n; t++)
+		w->sel[t] = w->ac[t].lo;
+	qsort(w->sel, n, sizeof(*w->sel), cmp_fdesc);
+	for (uint32_t t = 0; t < k / 2; t++) {
+		float x = w->sel[t];
+
+		w->sel[t] = w->sel[k - 1 - t];
+		w->sel[k - 1 - t] = x;
+	}
+}
+
+/*
+ * A lower end rose from old to nv: the k best lower ends (w->sel[0 .. k),
+ * ascending) as a multiset of values.  If old was one of them, one copy
+ * of it gives way to nv; else nv displaces the smallest, if larger.
+ * Returns -1 if old was one of them and nv < old (the exact key of a
+ * candidate below its bound): the caller starts them again.
+ */
+static int
+floor_raise(struct worker *w, uint32_t k, float old, float nv)
+{
+	float *v = w->sel;
+	uint32_t e;
+
+	if (old >= v[0]) {
+		if (nv < old)
+			return -1;
+		for (e = 0; e < k && v[e] != old; e++)
+			;
+		if (e == k)
+			return -1;	/* not reached */
+	} else if (nv > v[0]) {
+		e = 0;
+	} else {
+		return 0;
+	}
+	while (e + 1 < k && v[e + 1] < nv) {
+		v[e] = v[e + 1];
+		e++;
+	}
+	v[e] = nv;
+	return 0;
+}
+
+/* How many of ups[0 .. n) (descending) are >= x. */
+static uint32_t
+count_at_least(const float *ups, uint32_t n, float x)
+{
+	uint32_t l = 0, r = n;
+
+	while (l < r) {
+		uint32_t mid = l + (r - l) / 2;
+
+		if (ups[mid] >= x)
+			l = mid + 1;
+		else
+			r = mid;
+	}
+	return l;
+}
+
+/*
+ * Replaces the value old of ups[0 .. n) (descending) by nv: lower, or
+ * higher when an exact key lies above its bound.
+ */
+static void
+ups_replace(float *ups, uint32_t n, float old, float nv)
+{
+	uint32_t e = count_at_least(ups, n, old) - 1;	/* a slot of old */
+
+	while (e + 1 < n && ups[e + 1] > nv) {
+		ups[e] = ups[e + 1];
+		e++;
+	}
+	while (e > 0 && ups[e - 1] < nv) {
+		ups[e] = ups[e - 1];
+		e--;
+	}
+	ups[e] = nv;
+}
+
+/* Higher upper end first, then smaller row. */
 static int
 cmp_acand(const void *a, const void *b)
 {
@@ -1133,26 +1274,36 @@ cmp_acand(const void *a, const void *b)
 	return x->row < y->row ? -1 : x->row > y->row;
 }
 
-/* Asks the kernel to read the pages of row r's original (madvise). */
-static void
-advise_row(const struct ctx *c, uint64_t r)
+/* Moves the candidates of ac[0 .. n) with up >= fl to the front. */
+static uint32_t
+contenders(struct acand *ac, uint32_t n, float fl)
 {
-	size_t len = (size_t)c->dim * (c->ix->originals == TQ_ORIG_F16 ? 2 :
-	    4);
+	uint32_t m = 0;
 
-	advise_range(c, row_orig(c, r), len);
+	for (uint32_t t = 0; t < n; t++)
+		if (ac[t].up >= fl) {
+			struct acand x = ac[m];
+
+			ac[m++] = ac[t];
+			ac[t] = x;
+		}
+	return m;
 }
 
 /*
- * Error-bounded re-rank of query i's candidates.  Each gets an upper
- * bound from its scan key: the key plus h plus |s| times the table bound
- * E of the query (l2: twice), then they are taken best upper bound first
- * (ties by row) in rounds of AUTO_ROUND: those whose bound still reaches
- * the worst of the k exact keys kept are scored again with unrounded
- * tables, which tightens the bound to the refined key plus h; the
- * originals of those that still pass are asked for together, then
- * scored while they pass.  The first upper bound below the worst kept
- * ends it (the bounds that follow are lower).
+ * Error-bounded re-rank of query i's candidates (tq.h, tq(5) "Error
+ * bound").  Every candidate gets a score interval from its scan key
+ * (auto_bounds); with L the k-th best lower end, one whose upper end is
+ * below L cannot be a result (k others are surely better).  The others
+ * are scored again with unrounded tables, which narrows them.  Then they
+ * are walked best upper end first: a candidate that fewer than k others
+ * could beat (at most k upper ends, its own included, reach its lower
+ * end) is a result as it is; otherwise its original is read, its interval
+ * becomes its exact key, and L may rise.  Upper ends only fall and lower
+ * ends only rise, so a candidate settled stays settled, and the walk ends
+ * at the first upper end below L.  The results are then the best k by key
+ * of those left; a candidate settled without its original lies among them
+ * whatever the keys of the others.
  */
 static void
 finish_auto(struct worker *w, size_t i, const struct tq_topk *cand)
@@ -1160,73 +1311,106 @@ finish_auto(struct worker *w, size_t i, const struct tq_topk *cand)
 	const struct ctx *c = w->c;
 	const float *qv = c->qv + i * c->dim;
 	struct acand *ac = w->ac;
-	float *hw = w->ark;
-	uint32_t n = cand->len, t, e, nr, nref = 0, done = 0;
+	uint32_t n = cand->len, k = c->k < n ? c->k : n, t, e, m;
+	uint32_t done = 0, pf;
 	size_t qi[REFINE_ROWS] = { i, i, i, i };
-	int l2 = c->metric == TQ_METRIC_L2;
-	float qh = c->qh[i], te = c->qerr[i] * (l2 ? 2.0f : 1.0f) * 1.001f;
-	float slack = l2 ? c->qn2[i] : 0.0f;
 	double t0 = c->timed ? now() : 0.0, tr = 0.0;
 
 	tq_topk_reset(&w->fin);
+	if (n == 0)
+		goto out;
 	for (t = 0; t < n; t++) {
-		uint64_t r = cand->id[t];
-		float s = fabsf(blk_factors(tq_part_of_row(c->ix, r),
-		    r / TQ_BLOCK)[r % TQ_BLOCK]);
-
-		/* h, and the float rounding of the keys. */
-		ac[t].h = qh * s * row_rho(c, r) + 1e-5f * (fabsf(
-		    cand->key[t]) + slack) + 1e-30f;
-		ac[t].up = cand->key[t] + ac[t].h + s * te;
-		ac[t].row = r;
+		ac[t].row = cand->id[t];
+		ac[t].key = cand->key[t];
+		ac[t].state = 0;
+		auto_bounds(c, i, &ac[t]);
 	}
+	floor_init(w, n, k);
 	qsort(ac, n, sizeof(*ac), cmp_acand);
-#define FULL_ABOVE(u) (w->fin.len == c->k && (u) < w->fin.key[0])
-	for (t = 0; t < n && !FULL_ABOVE(ac[t].up); t += nr) {
-		uint64_t rows[AUTO_ROUND];
-		float rk[AUTO_ROUND];
-		uint32_t pass[AUTO_ROUND], np = 0;
 
-		double t1 = c->timed ? now() : 0.0;
+	/*
+	 * Best scan upper end first, those that still reach the k-th best
+	 * lower end are scored again with unrounded tables, a few rows at a
+	 * time; the tighter lower ends raise it.
+	 */
+	for (m = 0; m < n && ac[m].up >= w->sel[0]; m += e) {
+		uint64_t rows[REFINE_ROWS];
+		float rk[REFINE_ROWS];
+		unsigned u;
 
-		for (nr = 0; t + nr < n && nr < AUTO_ROUND &&
-		    !FULL_ABOVE(ac[t + nr].up); nr++)
-			rows[nr] = ac[t + nr].row;
-		for (e = 0; e < nr; e += REFINE_ROWS)
-			refined_keys(c, w, qi, rows + e, nr - e < REFINE_ROWS ?
-			    nr - e : REFINE_ROWS, rk + e);
-		nref += nr;
-		for (e = 0; e < nr; e++) {
-			hw[e] = rk[e] + ac[t + e].h;
-			if (!FULL_ABOVE(hw[e])) {
-				pass[np++] = e;
-				advise_row(c, rows[e]);
-			}
-		}
-		for (e = 0; e < np && e < RERANK_AHEAD; e++)
-			prefetch_original(c, rows[pass[e]]);
-		if (c->timed)
-			tr += now() - t1;
-		for (e = 0; e < np; e++) {
-			uint64_t id;
-			float key;
+		for (e = 0; e < REFINE_ROWS && m + e < n &&
+		    ac[m + e].up >= w->sel[0]; e++)
+			rows[e] = ac[m + e].row;
+		refined_keys(c, w, qi, rows, e, rk);
+		for (u = 0; u < e; u++) {
+			struct acand *a = &ac[m + u];
+			float old = a->lo;
 
-			if (FULL_ABOVE(hw[pass[e]]))
-				continue;
-			if (e + RERANK_AHEAD < np)
-				prefetch_original(c, rows[pass[e +
-				    RERANK_AHEAD]]);
-			exact_keys(c, w, qv, &rows[pass[e]], 1, &key);
-			done++;
-			id = tq_index_id(c->ix, rows[pass[e]]);
-			if (c->ix->dups > 1 && has_id(&w->fin, id))
-				continue;
-			tq_topk_push(&w->fin, key, id);
+			a->key = rk[u];
+			a->state = 1;
+			auto_bounds(c, i, a);
+			if (floor_raise(w, k, old, a->lo) != 0)
+				floor_init(w, n, k);
 		}
 	}
-#undef FULL_ABOVE
+	w->st.refined += m;
+	/* Every candidate's upper end counts against the others'. */
+	for (t = 0; t < n; t++)
+		w->ups[t] = ac[t].up;
+	qsort(w->ups, n, sizeof(*w->ups), cmp_fdesc);
+	floor_init(w, m, k);
+	m = contenders(ac, m, w->sel[0]);
+	qsort(ac, m, sizeof(*ac), cmp_acand);
+	if (c->timed)
+		tr = now() - t0;
+
+	/*
+	 * The originals of the next RERANK_AHEAD candidates not settled
+	 * when they were looked at are requested while others are scored
+	 * (those settled later are requested for nothing).
+	 */
+	/* Larger than memory: those that may be read, asked for at once. */
+	if (c->ix->beyond_memory)
+		for (pf = 0; pf < m; pf++)
+			if (count_at_least(w->ups, n, ac[pf].lo) > k)
+				advise_row(c, ac[pf].row);
+	for (pf = 0, e = 0; pf < m && e < RERANK_AHEAD; pf++)
+		if (count_at_least(w->ups, n, ac[pf].lo) > k) {
+			prefetch_original(c, ac[pf].row);
+			e++;
+		}
+	for (t = 0; t < m && ac[t].up >= w->sel[0]; t++) {
+		struct acand *a = &ac[t];
+		float key;
+
+		if (count_at_least(w->ups, n, a->lo) <= k)
+			continue;	/* a result, whatever the others */
+		for (pf = pf > t ? pf : t + 1; pf < m; pf++)
+			if (count_at_least(w->ups, n, ac[pf].lo) > k) {
+				prefetch_original(c, ac[pf++].row);
+				break;
+			}
+		exact_keys(c, w, qv, &a->row, 1, &key);
+		done++;
+		ups_replace(w->ups, n, a->up, key);
+		e = floor_raise(w, k, a->lo, key) != 0;
+		a->key = a->lo = a->up = key;
+		a->state = 2;
+		if (e)
+			floor_init(w, m, k);
+	}
+	for (t = 0; t < m; t++) {
+		uint64_t id;
+
+		if (ac[t].up < w->sel[0])
+			continue;
+		id = tq_index_id(c->ix, ac[t].row);
+		if (c->ix->dups > 1 && has_id(&w->fin, id))
+			continue;
+		tq_topk_push(&w->fin, ac[t].key, id);
+	}
+out:
 	w->st.candidates += n;
-	w->st.refined += nref;
 	w->st.reranked += done;
 	w->st.originals_read += done;
 	w->st.originals_bytes += (uint64_t)done * c->dim *
@@ -1665,7 +1849,7 @@ struct scratch {
 	struct worker *w;
 	unsigned nw;
 	float *qv, *rq, *qc, *qn2;
-	float *qh;		/* auto re-rank: see struct ctx */
+	float *qq;		/* auto re-rank: see struct ctx */
 	float *qerr;
 	uint32_t *probe;	/* chunk * probes */
 	struct seg *segs;	/* probes */
@@ -1689,7 +1873,8 @@ scratch_free(struct scratch *s)
 			free(s->w[t].row);
 			free(s->w[t].hits);
 			free(s->w[t].ac);
-			free(s->w[t].ark);
+			free(s->w[t].ups);
+			free(s->w[t].sel);
 			tq_topk_free(&s->w[t].fin);
 		}
 	free(s->w);
@@ -1697,7 +1882,7 @@ scratch_free(struct scratch *s)
 	free(s->rq);
 	free(s->qc);
 	free(s->qn2);
-	free(s->qh);
+	free(s->qq);
 	free(s->qerr);
 	free(s->probe);
 	free(s->segs);
@@ -1772,8 +1957,10 @@ scratch_alloc(struct scratch *s, const struct tq_quantizer *q, unsigned nw,
 		TQ_TRY(tq_topk_init(&w->fin, kf));
 		if (autor) {
 			w->ac = tq_mallocarray(kc, sizeof(*w->ac));
-			w->ark = tq_mallocarray(AUTO_ROUND, sizeof(*w->ark));
-			if (w->ac == NULL || w->ark == NULL)
+			w->ups = tq_mallocarray(kc, sizeof(*w->ups));
+			w->sel = tq_mallocarray(kc, sizeof(*w->sel));
+			if (w->ac == NULL || w->ups == NULL ||
+			    w->sel == NULL)
 				return tq_fail(TQ_ERR_NOMEM, "search: "
 				    "candidates");
 		}
@@ -1793,9 +1980,9 @@ scratch_alloc(struct scratch *s, const struct tq_quantizer *q, unsigned nw,
 	s->rq = tq_mallocarray(chunk * q->dim, sizeof(*s->rq));
 	s->qc = tq_mallocarray(chunk, sizeof(*s->qc));
 	s->qn2 = tq_mallocarray(chunk, sizeof(*s->qn2));
-	s->qh = tq_mallocarray(chunk, sizeof(*s->qh));
+	s->qq = tq_mallocarray(chunk, sizeof(*s->qq));
 	s->qerr = tq_mallocarray(chunk, sizeof(*s->qerr));
-	if (s->qh == NULL || s->qerr == NULL)
+	if (s->qq == NULL || s->qerr == NULL)
 		return tq_fail(TQ_ERR_NOMEM, "search: query buffers");
 	if (cosine)
 		s->qv = tq_mallocarray(chunk * q->dim, sizeof(*s->qv));
@@ -1847,15 +2034,13 @@ prepare(const struct tq_quantizer *q, const float *qv, size_t m,
 		 * little over for the rounding; the bound's per-query part.
 		 */
 		qq = (cosine ? (n2 > 0.0 ? 1.0 : 0.0) : n2) - 2.0 * qc + cc;
-		s->qh[i] = (float)(TQ_AUTO_Z * sqrt(qq > 0.0 ? qq : 0.0) *
-		    (1.0 + 1e-6) / sqrt(dim > 1 ? (double)dim - 1.0 : 1.0) *
-		    (q->metric == TQ_METRIC_L2 ? 2.0 : 1.0));
+		s->qq[i] = (float)(sqrt(qq > 0.0 ? qq : 0.0) * (1.0 + 1e-6));
 	}
 	if (cosine)
 		qv = s->qv;
 	tq_rotate(q, qv, m, s->rq);
 	c->qv = qv;
-	c->qh = s->qh;
+	c->qq = s->qq;
 	c->qerr = s->qerr;
 	if (c->probes > 0)
 		return tq_ivf_nearest(&q->ivf, dim, qv, m, 0,
@@ -2019,6 +2204,8 @@ tq_search(const struct tq_index *ix, const float *queries, size_t nq,
 		return tq_fail(TQ_ERR_ARG, "k must be at least 1");
 	if (isnan(p->oversample))
 		return tq_fail(TQ_ERR_ARG, "oversample is NaN");
+	if (!(p->auto_z >= 0.0f && p->auto_z < INFINITY))
+		return tq_fail(TQ_ERR_ARG, "auto_z is not a finite number >= 0");
 	if (p->oversample < 0.0f && ix->originals == TQ_ORIG_NONE)
 		return tq_fail(TQ_ERR_NOORIG, "re-rank (oversample auto) needs "
 		    "the originals, and the index has none");
@@ -2091,6 +2278,8 @@ tq_search(const struct tq_index *ix, const float *queries, size_t nq,
 	c.rerank = p->oversample > 1.0f || p->oversample < 0.0f;
 	c.autor = p->oversample < 0.0f;
 	c.page = (uintptr_t)sysconf(_SC_PAGESIZE);
+	c.az = 2.0 * (p->auto_z > 0.0f ? (double)p->auto_z : TQ_AUTO_Z) *
+	    (1.0 + 1e-6) / sqrt(dim > 1 ? (double)dim - 1.0 : 1.0);
 	{
 		double dd = distortion[q->bits];
 

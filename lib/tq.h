@@ -695,6 +695,8 @@ struct tq_search_params {
 				   than the lists = all.  Flat: ignored */
 	struct tq_search_stats *stats;	/* NULL, or filled by the search
 				   (below); the caller owns it */
+	float auto_z;		/* error-bounded re-rank: the confidence z
+				   of its bound, > 0; 0 = TQ_AUTO_Z */
 };
 /*
  * What one call of tq_search or tq_search_range did, when
@@ -750,26 +752,35 @@ struct tq_search_stats {
 /*
  * Error-bounded re-rank (oversample TQ_OVERSAMPLE_AUTO, needs originals):
  * the scan keeps the best k * TQ_AUTO_CAP candidates by estimate (at most
- * the rows), each with the upper bound key + h + |s| E: h = TQ_AUTO_Z
- * |q - c| |s| rho / sqrt(d - 1) of tq(5) "Error bound", E the rounding
- * bound of the query's tables (twice both for l2).  They are taken best
- * upper bound first (ties by row): one whose bound still reaches the
- * k-th best exact key so far is scored again with unrounded tables
- * (its bound becomes that key + h) and, if it still reaches it, exactly
- * from its original.  The re-rank stops as soon as the next upper bound
- * is below the k-th best exact key:
- * a true neighbour among the candidates is missed only if its estimate
- * is more than h too low, which for one vector has a probability of at
- * most about 0.13% (z = 3, one-sided).  The originals of each round of
- * 16 candidates are asked of the kernel together (madvise WILLNEED) before
- * they are read.  Results never depend on threads, kernels or batches.
+ * the rows).  Each gets an interval of scores from its estimate, the
+ * bound of tq(5) "Error bound" at confidence z (p->auto_z, default
+ * TQ_AUTO_Z) and the rounding of the query's tables: the bound's width
+ * shrinks with the candidate's distance to the query, so it is tight
+ * exactly for the candidates near the k-th.  The candidates whose
+ * interval reaches the k-th best lower end are scored again with
+ * unrounded tables (no rounding term).  Then, best upper end first (ties
+ * by row), each candidate that fewer than k others could beat is a
+ * result without being read; one that could go either way is scored
+ * exactly from its original, which may settle others; the first whose
+ * upper end is below the k-th best lower end ends it.  The k results are
+ * the best by score, which is exact for the candidates read and the
+ * unrounded estimate for the others: the set is decided by the bounds,
+ * the order among results not read by their estimates.  A true neighbour
+ * among the candidates is missed only when some error exceeds its bound,
+ * which for one vector and query has a probability of about that of a
+ * normal beyond +-z (z = 2: 4.6%, two-sided; far less for the set, since
+ * only errors across the k-th score matter).  Results never depend on
+ * threads, kernels or batches.
  */
 #define TQ_OVERSAMPLE_AUTO (-1.0f)
-#define TQ_AUTO_Z 3.0
+#define TQ_AUTO_Z 2.0
 #define TQ_AUTO_CAP 16u
 /* The default probes: this share of the lists (at least 1). */
 #define TQ_PROBES_AUTO_DIV 16u
-/* k 10, oversample 1, threads 0, allow NULL, probes 0, stats NULL. */
+/*
+ * k 10, oversample 1, threads 0, allow NULL, probes 0, stats NULL,
+ * auto_z 0.
+ */
 void tq_search_params_default(struct tq_search_params *p);
 
 /*

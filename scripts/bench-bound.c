@@ -1,30 +1,35 @@
 /*
  * bench-bound.c - does the per-vector error bound of tq(5) hold on real
- * data?  A measurement, not a test: it prints figures.
+ * data?  A measurement, not a test: it prints figures (and, with -j, one
+ * JSON line of them on standard output instead).
  *
  *   cc -std=c11 -D_GNU_SOURCE -O2 -Ilib scripts/bench-bound.c \
  *       build/lib/libtq.a -lm -pthread -o /tmp/bench-bound
- *   /tmp/bench-bound index queries [nq] [ncand]
+ *   /tmp/bench-bound [-j] index queries [nq] [ncand]
  *
  * The index needs f32 originals.  For each of the first nq queries (200
  * by default) it estimates <q, x> for every live row from the codes and
  * factors, in double (the estimator of tq(5) without the tables'
- * rounding), computes the exact <q, x> from the originals and the bound's
- * half-width
+ * rounding), computes the exact <q, x> and |q - x| from the originals,
+ * and two half-widths of the error of <q, x>, written here from tq(5)
+ * "Error bound", not taken from the library, so that the check is
+ * independent of search.c and bound.c:
  *
- *     h = z |q - c| |s| rho / sqrt(d - 1)
+ *     h  = |q - c| |s| rho / sqrt(d - 1)                 (any angle)
+ *     hn = min(|q - c|, |q - x|) |s| rho / sqrt(d - 1)   (near neighbours)
  *
- * written here from tq(5) "Error bound", not taken from the library, so
- * that the check is independent of search.c.  It reports, for z = 1, 2,
- * 3, the fraction of rows whose exact value falls outside estimate +- h,
- * beside what a standard normal gives (31.7%, 4.55%, 0.27%): over all
- * rows, and over each query's ncand (100) best rows by estimate, the
- * candidates a re-rank sees.  The same with the global rho that an index
- * without WDTH falls back to, and the mean of h (z = 1) relative to the
- * spread of the estimates, for scale.  Last, what an error-bounded
- * re-rank depends on: the share of each query's true 10 nearest (by the
- * exact value) whose exact value lies above estimate + z h, one-sided
- * (a normal law: 15.9%, 2.28%, 0.135%).
+ * (the second is the one --oversample auto uses: its interval, solved
+ * from the estimate, holds exactly when |error| <= z hn, see tq(5)).
+ * It reports, for z = 1, 1.5, 2, 2.5, 3, the share of rows whose exact
+ * value falls outside estimate +- z h (and z hn, and z times h with the
+ * global rho that an index without WDTH falls back to), beside what a
+ * standard normal gives: over all rows, over each query's ncand (100)
+ * best rows by estimated score (the candidates a re-rank sees), and, one
+ * sided, over each query's true 10 nearest by exact score: the share
+ * whose exact score is better than the estimate by more than the width,
+ * which is what an error-bounded re-rank can miss.  Last, the mean of
+ * hn / h over those sets: how much narrower the near bound is.
+ * Scores follow the metric (l2: the squared distance, lower is better).
  */
 #include <math.h>
 #include <stdio.h>
@@ -35,18 +40,29 @@
 
 static const double distortion[5] = { 0, 0.3634, 0.1175, 0.03454, 0.009497 };
 
+#define NZ 5
+static const double zs[NZ] = { 1, 1.5, 2, 2.5, 3 };
+/* A standard normal outside +-z, and above z. */
+static const double two[NZ] = { 31.73, 13.36, 4.55, 1.242, 0.27 };
+static const double one[NZ] = { 15.87, 6.68, 2.28, 0.621, 0.135 };
+
+/* The widths compared: per-vector rho, near-neighbour, global rho. */
+enum { W_RHO, W_NEAR, W_GLOBAL, NW };
+static const char *wname[NW] = { "per-vector rho", "near (auto)",
+    "global rho" };
+
 struct row {
-	double est, err, h;	/* estimate, exact - estimate, h at z = 1 */
-	double hg;		/* h with the global rho */
+	double est, err;	/* estimate of <q, x>, exact - estimate */
+	double kest, kex;	/* estimated and exact score, higher better */
+	double w[NW];		/* half-widths at z = 1 */
 };
 
 static int
 cmp_ex(const void *a, const void *b)
 {
 	const struct row *x = a, *y = b;
-	double ex = x->est + x->err, ey = y->est + y->err;
 
-	return ex > ey ? -1 : ex < ey;
+	return x->kex > y->kex ? -1 : x->kex < y->kex;
 }
 
 static int
@@ -54,7 +70,7 @@ cmp_est(const void *a, const void *b)
 {
 	const struct row *x = a, *y = b;
 
-	return x->est > y->est ? -1 : x->est < y->est;
+	return x->kest > y->kest ? -1 : x->kest < y->kest;
 }
 
 static void
@@ -75,14 +91,20 @@ main(int argc, char **argv)
 	struct row *rows;
 	size_t nq = 200, ncand = 100, nrows;
 	uint32_t dim, qd;
-	double out[2][2][4] = { { { 0 } } };	/* [set][global][z] */
-	double cnt[2] = { 0, 0 }, hsum = 0, spread = 0, unknown = 0;
-	double above[2][4] = { { 0 } }, ntrue = 0;
+	/* [set: all, top, true 10][width][z] */
+	double out[3][NW][NZ] = { { { 0 } } }, cnt[3] = { 0, 0, 0 };
+	double ratio[3] = { 0, 0, 0 }, unknown = 0;
 	double rg;
+	int json = 0;
 	enum tq_status st;
 
+	if (argc > 1 && strcmp(argv[1], "-j") == 0) {
+		json = 1;
+		argc--;
+		argv++;
+	}
 	if (argc < 3) {
-		fprintf(stderr, "usage: bench-bound index queries [nq] "
+		fprintf(stderr, "usage: bench-bound [-j] index queries [nq] "
 		    "[ncand]\n");
 		return 2;
 	}
@@ -118,7 +140,8 @@ main(int argc, char **argv)
 	codes = malloc(dim);
 	rows = malloc(sizeof(*rows) * ix->n);
 	for (size_t i = 0; i < nq; i++) {
-		double qc2 = 0, qc = 0, mean = 0, var = 0;
+		double qc2 = 0, qc = 0, qn2 = 0, sd = sqrt(dim > 1 ?
+		    dim - 1.0 : 1.0);
 
 		memcpy(qv, qs + i * dim, sizeof(float) * dim);
 		if (q->metric == TQ_METRIC_COSINE)
@@ -129,6 +152,7 @@ main(int argc, char **argv)
 
 			qc2 += e * e;
 			qc += (double)qv[d] * q->centre[d];
+			qn2 += (double)qv[d] * qv[d];
 		}
 		nrows = 0;
 		for (uint32_t s = 0; s < ix->nparts; s++) {
@@ -138,7 +162,9 @@ main(int argc, char **argv)
 				const float *fs = p->factors + r / TQ_BLOCK *
 				    TQ_BLOCK * TQ_NFACTORS + r % TQ_BLOCK;
 				const uint8_t *o = p->orig + r * dim * 4;
-				double dot = 0, ex = 0, sv = fs[0], rho;
+				double dot = 0, ex = 0, dd = 0, sv = fs[0], rho;
+				double a;
+				struct row *w = &rows[nrows];
 				float rv = INFINITY;
 
 				if (tq_part_dead(p, r))
@@ -147,75 +173,115 @@ main(int argc, char **argv)
 				    ix->block_bytes, (unsigned)(r % TQ_BLOCK),
 				    codes);
 				for (uint32_t d = 0; d < dim; d++) {
+					double xv = rd_lef32(o + 4 * d);
+
 					dot += (double)rq[d] *
 					    q->centroids[codes[d]];
-					ex += (double)qv[d] * rd_lef32(o + 4 * d);
+					ex += (double)qv[d] * xv;
+					dd += ((double)qv[d] - xv) *
+					    ((double)qv[d] - xv);
 				}
 				if (p->wdth != NULL)
 					rv = tq_f16_to_f32(rd_le16(p->wdth +
 					    2 * r));
 				rho = isfinite(rv) && rv >= 0 ? rv : rg;
 				unknown += !(isfinite(rv) && rv >= 0);
-				rows[nrows].est = sv * dot + fs[TQ_BLOCK] + qc;
-				rows[nrows].err = ex - rows[nrows].est;
-				rows[nrows].h = sqrt(qc2) * fabs(sv) * rho /
-				    sqrt(dim > 1 ? dim - 1.0 : 1.0);
-				rows[nrows].hg = sqrt(qc2) * fabs(sv) * rg /
-				    sqrt(dim > 1 ? dim - 1.0 : 1.0);
-				mean += rows[nrows].est;
+				w->est = sv * dot + fs[TQ_BLOCK] + qc;
+				w->err = ex - w->est;
+				if (q->metric == TQ_METRIC_L2) {
+					w->kest = -(qn2 - 2 * w->est +
+					    fs[2 * TQ_BLOCK]);
+					w->kex = -dd;
+				} else {
+					w->kest = w->est;
+					w->kex = ex;
+				}
+				a = fabs(sv) / sd;
+				w->w[W_RHO] = sqrt(qc2) * a * rho;
+				w->w[W_NEAR] = fmin(sqrt(qc2), sqrt(dd)) * a *
+				    rho;
+				w->w[W_GLOBAL] = sqrt(qc2) * a * rg;
 				nrows++;
 			}
 		}
-		mean /= (double)nrows;
-		for (size_t e = 0; e < nrows; e++)
-			var += (rows[e].est - mean) * (rows[e].est - mean);
-		spread += sqrt(var / (double)nrows);
 		qsort(rows, nrows, sizeof(*rows), cmp_est);
-		for (size_t e = 0; e < nrows; e++) {
+		for (size_t e = 0; e < nrows; e++)
 			for (int set = 0; set < 2; set++) {
+				const struct row *w = &rows[e];
+
 				if (set == 1 && e >= ncand)
 					continue;
 				cnt[set]++;
-				for (int z = 1; z <= 3; z++) {
-					out[set][0][z] += fabs(rows[e].err) >
-					    z * rows[e].h;
-					out[set][1][z] += fabs(rows[e].err) >
-					    z * rows[e].hg;
-				}
+				ratio[set] += w->w[W_RHO] > 0 ? w->w[W_NEAR] /
+				    w->w[W_RHO] : 1;
+				for (int g = 0; g < NW; g++)
+					for (int z = 0; z < NZ; z++)
+						out[set][g][z] += fabs(w->err) >
+						    zs[z] * w->w[g];
 			}
-			hsum += rows[e].h;
-		}
 		qsort(rows, nrows, sizeof(*rows), cmp_ex);
 		for (size_t e = 0; e < nrows && e < 10; e++) {
-			ntrue++;
-			for (int z = 1; z <= 3; z++) {
-				above[0][z] += rows[e].err > z * rows[e].h;
-				above[1][z] += rows[e].err > z * rows[e].hg;
-			}
+			const struct row *w = &rows[e];
+
+			cnt[2]++;
+			ratio[2] += w->w[W_RHO] > 0 ? w->w[W_NEAR] /
+			    w->w[W_RHO] : 1;
+			/* Better than estimated: the error in the score's
+			   direction (l2: -2 err in -distance, same sign). */
+			for (int g = 0; g < NW; g++)
+				for (int z = 0; z < NZ; z++)
+					out[2][g][z] += w->err > zs[z] *
+					    w->w[g];
 		}
+	}
+	if (json) {
+		static const char *sname[3] = { "all", "top", "true10_above" };
+
+		printf("{\"index\":\"%s\",\"dim\":%u,\"bits\":%u,"
+		    "\"metric\":\"%s\",\"queries\":%zu,\"rows\":%llu,"
+		    "\"ncand\":%zu,\"z\":[1,1.5,2,2.5,3]", argv[1], dim,
+		    q->bits, tq_metric_name(q->metric), nq,
+		    (unsigned long long)ix->live, ncand);
+		for (int set = 0; set < 3; set++) {
+			printf(",\"%s\":{", sname[set]);
+			for (int g = 0; g < NW; g++) {
+				printf("%s\"%s\":[", g ? "," : "", g == W_RHO ?
+				    "rho" : g == W_NEAR ? "near" : "global");
+				for (int z = 0; z < NZ; z++)
+					printf("%s%.5f", z ? "," : "",
+					    100 * out[set][g][z] / cnt[set]);
+				printf("]");
+			}
+			printf(",\"near_over_rho\":%.4f}",
+			    ratio[set] / cnt[set]);
+		}
+		printf("}\n");
+		goto done;
 	}
 	printf("index %s: dim %u, bits %u, metric %s, %zu queries, %llu "
 	    "rows (%.0f without rho)\n", argv[1], dim, q->bits,
 	    tq_metric_name(q->metric), nq, (unsigned long long)ix->live,
 	    unknown / (double)nq);
-	printf("mean h (z=1) / spread of the estimates: %.4f\n",
-	    hsum / cnt[0] / (spread / (double)nq));
-	printf("outside est +- z h       z=1      z=2      z=3\n");
-	printf("normal                 31.73%%    4.55%%    0.27%%\n");
-	for (int set = 0; set < 2; set++)
-		for (int g = 0; g < 2; g++)
-			printf("%-4s %-17s %6.2f%%  %6.2f%%  %6.3f%%\n",
-			    set ? "top" : "all", g ? "global rho" :
-			    "per-vector rho", 100 * out[set][g][1] / cnt[set],
-			    100 * out[set][g][2] / cnt[set],
-			    100 * out[set][g][3] / cnt[set]);
-	printf("true 10 nearest, above  z=1      z=2      z=3\n");
-	printf("normal                 15.87%%    2.28%%   0.135%%\n");
-	for (int g = 0; g < 2; g++)
-		printf("     %-17s %6.2f%%  %6.2f%%  %6.3f%%\n",
-		    g ? "global rho" : "per-vector rho",
-		    100 * above[g][1] / ntrue, 100 * above[g][2] / ntrue,
-		    100 * above[g][3] / ntrue);
+	for (int set = 0; set < 3; set++) {
+		printf("%-32s", set == 0 ? "all rows, outside est +- z h" :
+		    set == 1 ? "best by estimate, outside" :
+		    "true 10 nearest, above est + z h");
+		for (int z = 0; z < NZ; z++)
+			printf("  z=%-5g", zs[z]);
+		printf("\n%-32s", "  normal");
+		for (int z = 0; z < NZ; z++)
+			printf(" %6.3f%%", set == 2 ? one[z] : two[z]);
+		printf("\n");
+		for (int g = 0; g < NW; g++) {
+			printf("  %-30s", wname[g]);
+			for (int z = 0; z < NZ; z++)
+				printf(" %6.3f%%", 100 * out[set][g][z] /
+				    cnt[set]);
+			printf("\n");
+		}
+		printf("  mean hn / h: %.4f\n", ratio[set] / cnt[set]);
+	}
+done:
 	tq_index_close(ix);
 	free(qs);
 	free(rq);

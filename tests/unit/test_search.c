@@ -710,7 +710,7 @@ mem_index_make(struct mem_index *m, struct tq_quantizer *q, const float *x,
 	m->ix.nparts = 1;
 	m->ix.parts = m->part;
 	m->part[0] = (struct tq_part){ 0, 0, n, nb, m->codes, m->factors,
-	    m->ids, orig == TQ_ORIG_NONE ? NULL : m->orig, NULL, NULL, n };
+	    m->ids, orig == TQ_ORIG_NONE ? NULL : m->orig, NULL, NULL, NULL, n };
 	return 0;
 }
 
@@ -1258,6 +1258,181 @@ test_exact(void)
 	test_exact_one(4, 0, 3, 0);
 }
 
+/* ------------------------------------------------------------------------ */
+/* (6) the interval of the error-bounded re-rank (lib/bound.c)               */
+
+/* W(D) = a min(qn, sqrt(D)): the error the bound allows at distance D. */
+static double
+bound_w(double a, double qn, double d)
+{
+	return a * fmin(qn, sqrt(d > 0 ? d : 0));
+}
+
+/*
+ * Exact algebra: every D whose error |D^ - D| is within W(D) lies in the
+ * interval of D^, the ends are attained (the interval is no wider than
+ * the bound), and a D just outside either end breaks the bound.
+ */
+static void
+test_bound_algebra(void)
+{
+	int bad_in = 0, bad_end = 0, bad_out = 0, n = 0;
+
+	for (int trial = 0; trial < 200000; trial++) {
+		double a = trial % 7 == 0 ? 0 : 10 * unif() * unif();
+		double qn = trial % 11 == 0 ? 0 : 10 * unif();
+		double d = trial % 13 == 0 ? 0 : 100 * unif() * unif();
+		double w = bound_w(a, qn, d), u = 2 * unif() - 1;
+		double dh = d + (trial % 5 == 0 ? (u < 0 ? -w : w) : u * w);
+		double lo, hi, tol = 1e-9 * (1 + d + w);
+
+		tq_bound_dist(dh, dh, a, qn, &lo, &hi);
+		n++;
+		bad_in += !(lo <= d + tol && d <= hi + tol);
+		/* The ends: D^ = D + W(D) has lower end D, D^ = D - W(D)
+		   upper end D (where D - W(D) still grows, D^ >= 0). */
+		tq_bound_dist(d + w, d + w, a, qn, &lo, &hi);
+		bad_end += fabs(lo - d) > tol;
+		if (d - w >= 0 && (sqrt(d) >= a / 2 || d >= qn * qn)) {
+			tq_bound_dist(d - w, d - w, a, qn, &lo, &hi);
+			bad_end += fabs(hi - d) > tol;
+		}
+		/* Outside the ends, the bound fails. */
+		tq_bound_dist(dh, dh, a, qn, &lo, &hi);
+		if (lo > 1e-6) {
+			double x = lo * (1 - 1e-6);
+
+			bad_out += fabs(dh - x) <= bound_w(a, qn, x);
+		}
+		{
+			double x = hi * (1 + 1e-6) + 1e-9;
+
+			bad_out += fabs(dh - x) <= bound_w(a, qn, x);
+		}
+	}
+	CHECK(bad_in == 0);
+	CHECK(bad_end == 0);
+	CHECK(bad_out == 0);
+	CHECK(n == 200000);
+	/* A wider estimate range gives a wider interval; D^ < 0 is 0. */
+	{
+		double lo1, hi1, lo2, hi2;
+
+		tq_bound_dist(4, 4, 1, 3, &lo1, &hi1);
+		tq_bound_dist(3, 5, 1, 3, &lo2, &hi2);
+		CHECK(lo2 < lo1 && hi2 > hi1);
+		/* sqrt(D) + 1/2 = sqrt(4.25): lo = (sqrt(4.25) - 0.5)^2. */
+		CHECK(fabs(lo1 - pow(sqrt(4.25) - 0.5, 2)) < 1e-12);
+		CHECK(fabs(hi1 - pow(sqrt(4.25) + 0.5, 2)) < 1e-12);
+		/* Far (sqrt(D) > Q): the any-angle form, D^ +- a Q. */
+		tq_bound_dist(100, 100, 1, 2, &lo1, &hi1);
+		CHECK(fabs(lo1 - 98) < 1e-12 && fabs(hi1 - 102) < 1e-12);
+		tq_bound_dist(-5, -1, 2, 3, &lo1, &hi1);
+		CHECK(lo1 == 0 && fabs(hi1 - 4) < 1e-12);
+	}
+}
+
+/*
+ * On real codes: random rotations (seeds), centred data, queries near
+ * their vector and far from it.  The share of pairs whose true squared
+ * distance falls outside the interval at z = 3 must be that of a normal
+ * beyond 3 sigma (0.27%) or less, up to sampling; at z = 1 near that of
+ * 1 sigma (31.7%), so the bound is not vacuously wide; and near pairs
+ * must get intervals much narrower than the any-angle bound gives them.
+ */
+static void
+test_bound_codes(void)
+{
+	const uint32_t dim = 64, n = quick ? 500 : 2000;
+	float *x = malloc(sizeof(float) * dim * n), *rq = malloc(4 * dim);
+	float *qv = malloc(sizeof(float) * dim);
+	float *fac = malloc(sizeof(float) * TQ_NFACTORS * n);
+	uint8_t *codes = malloc((size_t)dim * n);
+	uint16_t *rho = malloc(sizeof(uint16_t) * n);
+
+	for (unsigned bits = 2; bits <= 4; bits += 2) {
+		double out3[2] = { 0, 0 }, out1[2] = { 0, 0 }, cnt[2] = { 0, 0 };
+		double narrow = 0;
+
+		for (uint64_t seed = 1; seed <= 4; seed++) {
+			struct tq_fit_params p;
+			struct tq_quantizer *q = NULL;
+
+			tq_fit_params_default(&p);
+			p.dim = dim;
+			p.bits = bits;
+			p.metric = TQ_METRIC_L2;
+			p.seed = seed;
+			CHECK_OK(tq_quantizer_fit(&p, NULL, &q));
+			if (q == NULL)
+				continue;
+			/* A centre, as the data's mean would give. */
+			for (uint32_t d = 0; d < dim; d++)
+				q->centre[d] = 0.5f + 0.1f * (float)(d % 5);
+			tq_rotate(q, q->centre, 1, q->rcentre);
+			for (size_t e = 0; e < (size_t)dim * n; e++)
+				x[e] = q->centre[e % dim] + gauss();
+			CHECK_OK(tq_encode_unpacked_rho(q, x, n, 1, codes, fac,
+			    rho));
+			for (uint32_t r = 0; r < n; r++) {
+				int near = r % 2 == 0;
+				double qc = 0, qq = 0, dot = 0, dd = 0, dh, s, a;
+				double lo, hi, x2 = fac[r * TQ_NFACTORS + 2];
+				double qn2 = 0;
+
+				for (uint32_t d = 0; d < dim; d++) {
+					qv[d] = near ? x[r * dim + d] + 0.15f *
+					    gauss() : q->centre[d] + gauss();
+					qc += (double)qv[d] * q->centre[d];
+					qq += ((double)qv[d] - q->centre[d]) *
+					    ((double)qv[d] - q->centre[d]);
+					qn2 += (double)qv[d] * qv[d];
+					dd += ((double)qv[d] - x[r * dim + d]) *
+					    ((double)qv[d] - x[r * dim + d]);
+				}
+				tq_rotate(q, qv, 1, rq);
+				for (uint32_t d = 0; d < dim; d++)
+					dot += (double)rq[d] *
+					    q->centroids[codes[(size_t)r * dim +
+					    d]];
+				s = fabs(fac[r * TQ_NFACTORS]);
+				dh = qn2 - 2 * (s * dot + fac[r * TQ_NFACTORS +
+				    1] + qc) + x2;
+				a = 2 * s * tq_f16_to_f32(rho[r]) /
+				    sqrt(dim - 1.0);
+				tq_bound_dist(dh, dh, 3 * a, sqrt(qq), &lo, &hi);
+				out3[near] += dd < lo || dd > hi;
+				tq_bound_dist(dh, dh, a, sqrt(qq), &lo, &hi);
+				out1[near] += dd < lo || dd > hi;
+				cnt[near]++;
+				if (near)
+					narrow += fmin(sqrt(qq), sqrt(dd)) /
+					    sqrt(qq);
+			}
+			tq_quantizer_free(q);
+		}
+		for (int near = 0; near < 2; near++) {
+			if (getenv("TQ_TEST_VERBOSE"))
+				fprintf(stderr, "  bound, %u bits, %s: outside "
+				    "%.3f%% (z 3), %.2f%% (z 1)\n", bits,
+				    near ? "near" : "far",
+				    100 * out3[near] / cnt[near],
+				    100 * out1[near] / cnt[near]);
+			CHECK(out3[near] / cnt[near] < 0.0075);
+			CHECK(out1[near] / cnt[near] > 0.15 &&
+			    out1[near] / cnt[near] < 0.40);
+		}
+		/* Near: widths a fifth or less of the any-angle ones. */
+		CHECK(narrow / cnt[1] < 0.2);
+	}
+	free(x);
+	free(rq);
+	free(qv);
+	free(fac);
+	free(codes);
+	free(rho);
+}
+
 int
 main(void)
 {
@@ -1272,5 +1447,7 @@ main(void)
 	RUN(test_lut);
 	RUN(test_search);
 	RUN(test_exact);
+	RUN(test_bound_algebra);
+	RUN(test_bound_codes);
 	return unit_done();
 }
