@@ -1758,7 +1758,7 @@ index_open(const char *path, int fd, struct tq_index **out)
 		return rc;
 	}
 	advise_originals(ix);
-	ix->spills = ix->file.size > memory_budget() / 2;
+	ix->beyond_memory = ix->file.size > memory_budget() / 2;
 	*out = ix;
 	return TQ_OK;
 }

@@ -594,7 +594,7 @@ struct tq_index {
 	struct tq_part *parts;		/* malloc'd */
 	struct tq_labview *lab;		/* labels per segment (labels.c),
 					   malloc'd, or NULL */
-	int spills;			/* the file is larger than half the
+	int beyond_memory;		/* the file is larger than half the
 					   memory this process may use: a
 					   search asks for a query's lists
 					   and candidates' originals ahead */

@@ -58,6 +58,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -685,7 +686,7 @@ advise_range(const struct ctx *c, const void *a, size_t len)
 static void
 advise_segs(const struct ctx *c, const struct seg *sg, size_t ns)
 {
-	if (!c->ix->spills || c->ix->nlist == 0)
+	if (!c->ix->beyond_memory || c->ix->nlist == 0)
 		return;
 	for (size_t e = 0; e < ns; e++) {
 		const struct tq_part *p = sg[e].p;
@@ -1460,7 +1461,7 @@ finish(struct worker *w, size_t i, const struct tq_topk *cand,
 	 */
 	if (c->rerank) {
 		/* Larger than memory: all the originals asked for at once. */
-		if (c->ix->spills)
+		if (c->ix->beyond_memory)
 			for (t = 0; t < cand->len; t++)
 				advise_row(c, cand->id[t]);
 		for (t = 0; t < cand->len; t++) {
