@@ -272,12 +272,12 @@ choose_setting(const struct tq_index *ix, const char *path,
 		die_status(st, path);
 	calib_stale = ci.stale;
 	if (ci.stale)
-		warnmsg("%s: the calibration was made at %llu live rows, the "
+		warnmsg("warning: %s: the calibration was made at %llu live rows, the "
 		    "index has %llu now: recalibrate with tq-build "
 		    "--recalibrate", path, (unsigned long long)ci.live,
 		    (unsigned long long)tq_index_live(ix));
 	if (!chosen.reached)
-		warnmsg("%s: --recall %g: the calibration reaches recall@%u "
+		warnmsg("warning: %s: --recall %g: the calibration reaches recall@%u "
 		    "%.4f at most; searching with that setting", path,
 		    recall_target, (unsigned)chosen.k, chosen.recall);
 	sp->probes = chosen.probes;

@@ -892,7 +892,7 @@ struct tq_recall_choice {
 	int reached;
 };
 #define TQ_RECALL_Z 2.0
-#define TQ_RECALL_SLACK 0.01
+#define TQ_RECALL_SLACK 0.005
 enum tq_status tq_index_recall_choose(const struct tq_index *ix, uint32_t k,
     double target, struct tq_recall_choice *out);
 
