@@ -244,7 +244,8 @@ report(const char *out, double t0, const char *what)
  * default a sample of the index's rows.  A new build or a compaction is
  * calibrated by default when it has originals and at least CALIB_MIN
  * live rows (smaller ones are searched whole in a moment, and their
- * sample would say little); --recalibrate always, failing if it cannot.
+ * sample would say little); when --calibrate or --calibrate-sample asks,
+ * and with --recalibrate, always, failing if it cannot.
  */
 #define CALIB_MIN 1000u
 
@@ -349,7 +350,8 @@ mutate(int mode, const char *delpath, const char *idspath,
 		if ((st = tq_index_compact(ixpath, bp, out)) != TQ_OK)
 			die_status(st, st == TQ_ERR_CHECKSUM ? ixpath :
 			    blame(st, ixpath, NULL, out));
-		calibrate(cal, out, out, bp, 0);
+		calibrate(cal, out, out, bp, cal->queries != NULL ||
+		    cal->sample != 0);
 	} else if (mode == OPT_RECALIBRATE) {
 		calibrate(cal, ixpath, out, bp, 1);
 	} else {
@@ -586,9 +588,7 @@ main(int argc, char *argv[])
 	if (cal.queries != NULL && cal.sample != 0)
 		usage_error("--calibrate-sample samples the index's rows: not "
 		    "with --calibrate");
-	if (nshards > 0 && (cal.queries != NULL || cal.sample != 0))
-		usage_error("--shard: calibrate a shard with tq-build "
-		    "--recalibrate, or search shards with explicit settings");
+
 	if (nshards > 0 && mode != 0)
 		usage_error("--shard goes with a new build, not --append, "
 		    "--delete or --compact");
@@ -666,9 +666,13 @@ main(int argc, char *argv[])
 	tq_labels_close(bp.labels);
 	tq_reader_close(r);
 	tq_quantizer_free(q);
-	/* A shard is calibrated only when asked: shards are merged. */
-	if (nshards == 0)
-		calibrate(&cal, out, out, &bp, 0);
+	/*
+	 * A shard is calibrated only when asked (--calibrate,
+	 * --calibrate-sample): its results are merged with others'.
+	 */
+	if (nshards == 0 || cal.queries != NULL || cal.sample != 0)
+		calibrate(&cal, out, out, &bp, cal.queries != NULL ||
+		    cal.sample != 0);
 	if (verbose) {
 		struct tq_file_info info;
 
