@@ -12,9 +12,12 @@
  * neighbours and of their results, so that they are as hard as queries
  * from outside (the row itself would otherwise be a free rank 1).
  */
+#include <sys/mman.h>
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "calib.h"
 
@@ -25,15 +28,9 @@ static const uint32_t grid_k[] = { 1, 10, 100 };
 #define NK (sizeof(grid_k) / sizeof(grid_k[0]))
 #define KMAX 100u
 
-/*
- * Cost weights (tq(5) CALB): a row scanned costs its code bytes, a
- * candidate refined WREFINE per coordinate and an original re-ranked
- * WORIG per coordinate.  Measured with tq-search --stats (one thread,
- * t_scan / rows_scanned against t_refine / refined and t_rerank /
- * originals_read) on Fashion-MNIST and GloVe-100.
- */
-#define WREFINE 1.0
-#define WORIG 2.0
+/* Cost weights: tq.h TQ_RECALL_WREFINE and TQ_RECALL_WORIG. */
+#define WREFINE TQ_RECALL_WREFINE
+#define WORIG TQ_RECALL_WORIG
 
 /* A calibration saturates a row of the grid at this mean recall. */
 #define SATURATED (1.0 - 1e-9)
@@ -275,7 +272,26 @@ struct rowsrc {
 	uint32_t part;
 	uint64_t r;			/* local row in part */
 	uint64_t *rowid;		/* chunk row numbers */
+	const uint8_t *lo, *hi;		/* originals read by the last call */
 };
+
+/*
+ * The pages of originals already read are given back to the page cache
+ * (MADV_DONTNEED on a read-only file mapping drops them from the
+ * process, not from the file): a pass over the whole ORIG of a large
+ * index would otherwise count all of it in the resident set.
+ */
+static void
+release(struct rowsrc *s)
+{
+	uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t a = ((uintptr_t)s->lo + pg - 1) & ~(pg - 1);
+	uintptr_t b = (uintptr_t)s->hi & ~(pg - 1);
+
+	if (s->lo != NULL && b > a)
+		(void)madvise((void *)a, b - a, MADV_DONTNEED);
+	s->lo = s->hi = NULL;
+}
 
 static enum tq_status
 rows_next(void *arg, float *x, size_t max, size_t *got,
@@ -286,17 +302,24 @@ rows_next(void *arg, float *x, size_t max, size_t *got,
 	uint32_t dim = ix->q->dim, d;
 	size_t n = 0;
 
+	size_t rb = (size_t)dim * (ix->originals == TQ_ORIG_F16 ? 2 : 4);
+
 	if (s->rowid == NULL &&
 	    (s->rowid = tq_mallocarray(max, sizeof(*s->rowid))) == NULL)
 		return tq_fail(TQ_ERR_NOMEM, "out of memory");
+	release(s);
 	while (n < max && s->part < ix->nparts) {
 		const struct tq_part *p = &ix->parts[s->part];
 
 		if (s->r >= p->n) {
+			release(s);
 			s->part++;
 			s->r = 0;
 			continue;
 		}
+		if (s->lo == NULL)
+			s->lo = p->orig + rb * s->r;
+		s->hi = p->orig + rb * (s->r + 1);
 		if (!tq_part_dead(p, s->r)) {
 			float *o = x + n * dim;
 
@@ -421,7 +444,7 @@ struct calrun {
 
 /* Queries searched at a time, and the most candidates a setting takes. */
 #define QBATCH 256u
-#define KCAND 400u
+#define KCAND 200u
 /* Candidates a search without re-rank refines: REFINE k (search.c). */
 #define REFINE 4u
 
@@ -558,7 +581,7 @@ truth_of(struct calrun *c, uint32_t kt, uint64_t *truth, uint32_t *tlen)
 {
 	const struct tq_index *ix = c->ix;
 	uint32_t cop = ix->dups > 1 ? ix->dups : 1, kx, j, n;
-	struct rowsrc src = { ix, 0, 0, NULL };
+	struct rowsrc src = { ix, 0, 0, NULL, NULL, NULL };
 	uint64_t *ids;
 	float *sc;
 	enum tq_status rc;

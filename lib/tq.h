@@ -874,9 +874,8 @@ enum tq_status tq_index_calib_info(const struct tq_index *ix,
  * (0 < target <= 1): among the measured settings at the calibrated k
  * (the smallest calibrated k >= the k asked, else the largest), those
  * whose mean recall less TQ_RECALL_Z standard errors is at least
- * target - TQ_RECALL_SLACK, the one of least cost (tq(5) CALB: rows
- * scanned weighted by code bytes, refined and re-ranked rows by the
- * dimension), ties to fewer probes, then less oversample.  If none
+ * target - TQ_RECALL_SLACK, the one of least cost (below), ties to
+ * fewer probes, then less oversample.  If none
  * reaches it, the one with the highest such lower bound, and reached is
  * 0.  TQ_ERR_ARG for a target out of range, TQ_ERR_EMPTY if the index
  * has no calibration.  probes is 0 for a flat index; oversample 1 means
@@ -893,6 +892,18 @@ struct tq_recall_choice {
 };
 #define TQ_RECALL_Z 2.0
 #define TQ_RECALL_SLACK 0.005
+/*
+ * The cost of a query: rows scanned x code bytes of a row, plus
+ * WREFINE x dim per candidate refined and WORIG x dim per original read.
+ * A refined candidate is about 4 rows scanned of 4-bit codes, an
+ * original 16: its row is read from a random place of the file (a cache
+ * miss at best, a page fault or a disk read at worst) and summed in
+ * double.  tq-search --stats on Fashion-MNIST (one thread, a loaded
+ * machine) put an original at 10 to over 1000 scanned rows, depending on
+ * whether its page was in memory.
+ */
+#define TQ_RECALL_WREFINE 2.0
+#define TQ_RECALL_WORIG 8.0
 enum tq_status tq_index_recall_choose(const struct tq_index *ix, uint32_t k,
     double target, struct tq_recall_choice *out);
 

@@ -143,8 +143,8 @@ check_choices(const char *path)
 				    24 * ((1 * (size_t)np + pi) * no + oi);
 				double r = rd_lef32(e), se = rd_lef32(e + 4);
 				double cost = rd_lef32(e + 8) * cb +
-				    rd_lef32(e + 12) * DIM +
-				    rd_lef32(e + 16) * 2.0 * DIM;
+				    rd_lef32(e + 12) * TQ_RECALL_WREFINE * DIM +
+				    rd_lef32(e + 16) * TQ_RECALL_WORIG * DIM;
 				int ok = r - TQ_RECALL_Z * se >= targets[t] -
 				    TQ_RECALL_SLACK - 1e-12;
 
