@@ -32,8 +32,12 @@ static const uint32_t grid_k[] = { 1, 10, 100 };
 #define WREFINE TQ_RECALL_WREFINE
 #define WORIG TQ_RECALL_WORIG
 
-/* A calibration saturates a row of the grid at this mean recall. */
-#define SATURATED (1.0 - 1e-9)
+/*
+ * The probes stop rising at this mean recall: on a large IVF index the
+ * last values (all lists) are flat scans, and a mean of exactly 1 may
+ * never come.  Targets above it can then go unreached.
+ */
+#define SATURATED 0.999
 
 struct calview {
 	unsigned source;
@@ -726,7 +730,7 @@ tq_calib_compute(const struct tq_index *ix, const struct tq_calib_params *cp,
 		    grid_over[oi]);
 	/*
 	 * The probes stop after two values whose every k reached a mean
-	 * recall of 1: more lists cannot help.
+	 * recall of SATURATED: more lists would cost more for less.
 	 */
 	for (pi = 0, sat = 0; pi < np && sat < 2; pi++) {
 		double best;
