@@ -896,14 +896,15 @@ struct tq_recall_choice {
  * The cost of a query: rows scanned x code bytes of a row, plus
  * WREFINE x dim per candidate refined and WORIG x dim per original read.
  * A refined candidate is about 4 rows scanned of 4-bit codes, an
- * original 16: its row is read from a random place of the file (a cache
- * miss at best, a page fault or a disk read at worst) and summed in
- * double.  tq-search --stats on Fashion-MNIST (one thread, a loaded
- * machine) put an original at 10 to over 1000 scanned rows, depending on
- * whether its page was in memory.
+ * original about 100: its row is read from a random place of the file
+ * (a cache miss at best, a page fault or a disk read at worst) and
+ * summed in double.  On Fashion-MNIST IVF (scripts/bench-recall, CPU of
+ * tq-search --batch 1 processes, a loaded machine) 4 probes without
+ * re-rank took 0.54 to 0.60 times the CPU of 3 probes re-ranking 15
+ * originals: an original cost about 170 rows scanned there.
  */
 #define TQ_RECALL_WREFINE 2.0
-#define TQ_RECALL_WORIG 8.0
+#define TQ_RECALL_WORIG 48.0
 enum tq_status tq_index_recall_choose(const struct tq_index *ix, uint32_t k,
     double target, struct tq_recall_choice *out);
 

@@ -68,7 +68,7 @@ recall_of() {
 	local r prev=0 cost
 	for r in 0.5 0.8 0.9 0.95 0.99; do
 		cost=$("$TQ_BIN/tq-search" --recall "$r" --stats -k 10 -i q.bin -o /dev/null ivf.tqi 2>&1 |
-		    "$PY" -c 'import json,sys; s=json.load(sys.stdin); print(s["rows_scanned"] * 4 + s["refined"] * 32 + s["originals_read"] * 128)')
+		    "$PY" -c 'import json,sys; s=json.load(sys.stdin); print(s["rows_scanned"] * 4 + s["refined"] * 32 + s["originals_read"] * 768)')
 		[ "$cost" -ge "$prev" ] || { echo "--recall $r: $cost < $prev" >&2; false; }
 		prev=$cost
 	done
