@@ -12,6 +12,7 @@ static const char usage_str[] =
     "                [--lists n|auto]] [--ids file] [--labels file|auto]\n"
     "                [--originals f32|f16|none]\n"
     "                [--threads n] [--memory MiB] [--dups m] [--dup-ratio r]\n"
+    "                [--calibrate queries | --no-calibrate] [--calibrate-sample n]\n"
     "                [--dataset name] [--shard i/n] [-v] -o index corpus\n"
     "       tq-build --append [--ids file [--replace]] [--labels file|auto]\n"
     "                [--threads n]\n"
@@ -19,11 +20,18 @@ static const char usage_str[] =
     "                [--dataset name] [-v] [-o output] index corpus\n"
     "       tq-build --delete ids [--no-wait] [-v] [-o output] index\n"
     "       tq-build --compact [--threads n] [--memory MiB] [--no-wait] [-v]\n"
-    "                [-o output] index";
+    "                [--calibrate queries | --no-calibrate] [--calibrate-sample n]\n"
+    "                [-o output] index\n"
+    "       tq-build --recalibrate [--calibrate queries] [--calibrate-sample n]\n"
+    "                [--threads n] [--no-wait] [-v] [-o output] index";
 
 static const char help_str[] =
     "      --append          add the vectors of corpus to index\n"
     "  -b bits               bits per coordinate when fitting, 1 to 4 (default 4)\n"
+    "      --calibrate queries\n"
+    "                        calibrate with these queries, not a sample of rows\n"
+    "      --calibrate-sample n\n"
+    "                        rows sampled to calibrate (default 500)\n"
     "      --compact         rewrite index without its deleted vectors\n"
     "      --delete ids      mark the vectors with these ids as deleted\n"
     "      --dataset name    HDF5 dataset of the corpus (default train)\n"
@@ -37,12 +45,14 @@ static const char help_str[] =
     "      --labels file|auto\n"
     "                        keep a label per row: one a line, or the corpus's\n"
     "  -m metric             the metric when fitting: l2, ip or cosine (default l2)\n"
+    "      --no-calibrate    write no calibration (the default)\n"
     "      --no-centre       when fitting, do not centre\n"
     "      --no-wait         fail at once if another writer holds the index\n"
     "  -o index              the index file to write\n"
     "      --originals f32|f16|none\n"
     "                        how to store the originals for re-rank (default f32)\n"
     "  -q quantizer          encode with this quantizer (or an index's)\n"
+    "      --recalibrate     measure the calibration of index again\n"
     "      --replace         append: replace live rows with the same ids\n"
     "  -s seed               the rotation seed when fitting (default 42)\n"
     "      --shard i/n       build only shard i of n of the corpus; needs -q\n"
@@ -50,12 +60,15 @@ static const char help_str[] =
     "  -V, --version         print the version and exit\n"
     "  -v, --verbose         print a summary on stderr\n";
 
-enum { OPT_APPEND = 256, OPT_COMPACT, OPT_DATASET, OPT_DELETE, OPT_DUP_RATIO,
+enum { OPT_APPEND = 256, OPT_CALIBRATE, OPT_CALIBRATE_SAMPLE, OPT_NO_CALIBRATE,
+    OPT_RECALIBRATE, OPT_COMPACT, OPT_DATASET, OPT_DELETE, OPT_DUP_RATIO,
     OPT_DUPS, OPT_IDS, OPT_LABELS, OPT_LISTS, OPT_MAX_SEGMENTS, OPT_MEMORY, OPT_NO_CENTRE,
     OPT_NO_WAIT, OPT_ORIGINALS, OPT_REPLACE, OPT_SHARD, OPT_THREADS };
 
 static const struct option longopts[] = {
 	{ "append",	no_argument,		NULL, OPT_APPEND },
+	{ "calibrate",	required_argument,	NULL, OPT_CALIBRATE },
+	{ "calibrate-sample", required_argument, NULL, OPT_CALIBRATE_SAMPLE },
 	{ "compact",	no_argument,		NULL, OPT_COMPACT },
 	{ "dataset",	required_argument,	NULL, OPT_DATASET },
 	{ "delete",	required_argument,	NULL, OPT_DELETE },
@@ -67,9 +80,11 @@ static const struct option longopts[] = {
 	{ "lists",	required_argument,	NULL, OPT_LISTS },
 	{ "max-segments", required_argument,	NULL, OPT_MAX_SEGMENTS },
 	{ "memory",	required_argument,	NULL, OPT_MEMORY },
+	{ "no-calibrate", no_argument,		NULL, OPT_NO_CALIBRATE },
 	{ "no-centre",	no_argument,		NULL, OPT_NO_CENTRE },
 	{ "no-wait",	no_argument,		NULL, OPT_NO_WAIT },
 	{ "originals",	required_argument,	NULL, OPT_ORIGINALS },
+	{ "recalibrate", no_argument,		NULL, OPT_RECALIBRATE },
 	{ "replace",	no_argument,		NULL, OPT_REPLACE },
 	{ "shard",	required_argument,	NULL, OPT_SHARD },
 	{ "threads",	required_argument,	NULL, OPT_THREADS },
@@ -224,11 +239,77 @@ report(const char *out, double t0, const char *what)
 	    info.bytes_per_vector, now_seconds() - t0);
 }
 
+/*
+ * The calibration for tq-search --recall: --calibrate's queries, or a
+ * sample of the index's rows.  A new build or a compaction is calibrated
+ * when --calibrate or --calibrate-sample asks, and --recalibrate always,
+ * failing if it cannot.  It is a second commit after the index is
+ * written, so it is not made unasked: a build killed between the two
+ * would leave an index that is neither the old file nor the whole new
+ * one.
+ */
+#define CALIB_MIN 1000u
+
+struct calib {
+	const char *queries;	/* --calibrate */
+	uint32_t sample;	/* --calibrate-sample */
+	int off;		/* --no-calibrate */
+};
+
+static void
+calibrate(const struct calib *cal, const char *path, const char *out,
+    const struct tq_build_params *bp, int always)
+{
+	struct tq_calib_params cp;
+	struct tq_index *ix;
+	enum tq_status st;
+	float *q = NULL;
+	uint32_t dim;
+	size_t nq;
+	int skip;
+
+	if (cal->off)
+		return;
+	if ((st = tq_index_open(path, &ix)) != TQ_OK)
+		die_status(st, path);
+	skip = !always && cal->queries == NULL &&
+	    (tq_index_originals(ix) == TQ_ORIG_NONE ||
+	    tq_index_live(ix) < CALIB_MIN);
+	if (tq_index_originals(ix) == TQ_ORIG_NONE && !skip)
+		die("%s: calibration needs originals, and the index has none",
+		    path);
+	tq_index_close(ix);
+	if (skip)
+		return;
+	tq_calib_params_default(&cp);
+	cp.sample = cal->sample;
+	cp.threads = bp->threads;
+	if (cal->queries != NULL) {
+		progress("reading calibration queries");
+		if ((st = tq_read_all(cal->queries, "test", &q, &dim,
+		    &nq)) != TQ_OK)
+			die_status(st, in_name(cal->queries));
+		cp.queries = q;
+		cp.nq = nq;
+		cp.dim = dim;
+	}
+	progress("calibrating");
+	st = tq_index_calibrate(path, &cp, bp, out);
+	progress_done();
+	if (st != TQ_OK)
+		die_status(st, cal->queries != NULL && (st == TQ_ERR_MISMATCH ||
+		    st == TQ_ERR_NONFINITE || st == TQ_ERR_EMPTY) ?
+		    in_name(cal->queries) : st == TQ_ERR_CHECKSUM ? path :
+		    blame(st, path, NULL, out));
+	free(q);
+}
+
 /* --append, --delete, --compact: a new version of an existing index. */
 static int
 mutate(int mode, const char *delpath, const char *idspath,
     const char *labpath, const char *dataset, struct tq_build_params *bp,
-    const char *out, int verbose, int argc, char **argv)
+    const struct calib *cal, const char *out, int verbose, int argc,
+    char **argv)
 {
 	const char *ixpath = argv[0];
 	struct tq_index *ix;
@@ -270,6 +351,10 @@ mutate(int mode, const char *delpath, const char *idspath,
 		if ((st = tq_index_compact(ixpath, bp, out)) != TQ_OK)
 			die_status(st, st == TQ_ERR_CHECKSUM ? ixpath :
 			    blame(st, ixpath, NULL, out));
+		if (cal->queries != NULL || cal->sample != 0)
+			calibrate(cal, out, out, bp, 1);
+	} else if (mode == OPT_RECALIBRATE) {
+		calibrate(cal, ixpath, out, bp, 1);
 	} else {
 		const char *corpus = argv[1];
 		struct tq_reader *r;
@@ -362,6 +447,7 @@ main(int argc, char *argv[])
 	int ch, centre = 1, fitopt = 0, verbose = 0, mode = 0, nmodes = 0;
 	int origopt = 0, dupopt = 0;
 	uint32_t shard = 0, nshards = 0;
+	struct calib cal = { NULL, 0, 0 };
 
 	cmd_init(argv, usage_str, help_str);
 	tq_fit_params_default(&fp);
@@ -396,8 +482,16 @@ main(int argc, char *argv[])
 			print_version();
 		case OPT_APPEND:
 		case OPT_COMPACT:
+		case OPT_RECALIBRATE:
 			mode = ch;
 			nmodes++;
+			break;
+		case OPT_CALIBRATE:
+			cal.queries = optarg;
+			break;
+		case OPT_CALIBRATE_SAMPLE:
+			cal.sample = parse_u32(optarg, 1, TQ_CALIB_MAX_SAMPLE,
+			    "calibrate-sample");
 			break;
 		case OPT_DATASET:
 			dataset = optarg;
@@ -441,6 +535,9 @@ main(int argc, char *argv[])
 			bp.memory = parse_u64(optarg, 1, UINT64_MAX >> 20,
 			    "memory") << 20;
 			break;
+		case OPT_NO_CALIBRATE:
+			cal.off = 1;
+			break;
 		case OPT_NO_CENTRE:
 			centre = 0;
 			fitopt = 1;
@@ -476,7 +573,23 @@ main(int argc, char *argv[])
 	if (bp.max_segments != 0 && mode != OPT_APPEND)
 		usage_error("--max-segments goes with --append");
 	if (nmodes > 1)
-		usage_error("only one of --append, --delete and --compact");
+		usage_error("only one of --append, --delete, --compact and "
+		    "--recalibrate");
+	if (cal.off && (cal.queries != NULL || cal.sample != 0))
+		usage_error("--no-calibrate and --calibrate or "
+		    "--calibrate-sample: one or the other");
+	if ((cal.off || cal.queries != NULL || cal.sample != 0) &&
+	    (mode == OPT_APPEND || mode == OPT_DELETE))
+		usage_error("--%s keeps the index's calibration: no "
+		    "--calibrate, --calibrate-sample or --no-calibrate "
+		    "(recalibrate with --recalibrate)",
+		    mode == OPT_APPEND ? "append" : "delete");
+	if (cal.off && mode == OPT_RECALIBRATE)
+		usage_error("--no-calibrate goes with a build or --compact");
+	if (cal.queries != NULL && cal.sample != 0)
+		usage_error("--calibrate-sample samples the index's rows: not "
+		    "with --calibrate");
+
 	if (nshards > 0 && mode != 0)
 		usage_error("--shard goes with a new build, not --append, "
 		    "--delete or --compact");
@@ -498,7 +611,7 @@ main(int argc, char *argv[])
 		if (mode != OPT_APPEND && labpath != NULL)
 			usage_error("--labels goes with a build or --append");
 		return mutate(mode, delpath, idspath, labpath, dataset, &bp,
-		    out, verbose, argc, argv);
+		    &cal, out, verbose, argc, argv);
 	}
 	if (qpath != NULL && fitopt)
 		usage_error("-q cannot be used with -b, -m, -s, --no-centre or "
@@ -554,6 +667,8 @@ main(int argc, char *argv[])
 	tq_labels_close(bp.labels);
 	tq_reader_close(r);
 	tq_quantizer_free(q);
+	if (cal.queries != NULL || cal.sample != 0)
+		calibrate(&cal, out, out, &bp, 1);
 	if (verbose) {
 		struct tq_file_info info;
 

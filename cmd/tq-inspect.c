@@ -33,6 +33,55 @@ kind_name(enum tq_file_kind k)
 	return k == TQ_FILE_INDEX ? "index" : "quantizer";
 }
 
+/* The calibration of an index for tq-search --recall (tq(5) CALB). */
+static struct tq_calib_info calib;
+
+static void
+read_calib(const char *path, const struct tq_file_info *fi)
+{
+	struct tq_index *ix;
+	enum tq_status st;
+
+	if (fi->kind != TQ_FILE_INDEX)
+		return;
+	if ((st = tq_index_open(path, &ix)) != TQ_OK ||
+	    (st = tq_index_calib_info(ix, &calib)) != TQ_OK)
+		die_status(st, path);
+	tq_index_close(ix);
+}
+
+static void
+print_calib_text(void)
+{
+	uint32_t i;
+
+	if (!calib.present)
+		return;
+	printf("calibration %u queries (%s) at %llu live rows, k ",
+	    (unsigned)calib.queries, calib.source == 1 ? "rows of the index" :
+	    "given", (unsigned long long)calib.live);
+	for (i = 0; i < calib.nk; i++)
+		printf("%s%u", i ? "," : "", (unsigned)calib.k[i]);
+	printf(", %u settings measured%s\n", (unsigned)calib.measured,
+	    calib.stale ? ", stale: recalibrate" : "");
+}
+
+static void
+print_calib_json(void)
+{
+	uint32_t i;
+
+	if (!calib.present)
+		return;
+	printf(",\"calibration\":{\"source\":\"%s\",\"queries\":%u,"
+	    "\"live\":%llu,\"k\":[", calib.source == 1 ? "rows" : "given",
+	    (unsigned)calib.queries, (unsigned long long)calib.live);
+	for (i = 0; i < calib.nk; i++)
+		printf("%s%u", i ? "," : "", (unsigned)calib.k[i]);
+	printf("],\"settings\":%u,\"stale\":%s}", (unsigned)calib.measured,
+	    calib.stale ? "true" : "false");
+}
+
 static void
 print_text(const struct tq_file_info *fi, int verified)
 {
@@ -70,6 +119,7 @@ print_text(const struct tq_file_info *fi, int verified)
 		printf("bytes/vector %.1f\n", fi->bytes_per_vector);
 		printf("originals bytes/vector %.1f\n",
 		    fi->original_bytes_per_vector);
+		print_calib_text();
 	}
 	printf("sections:\n");
 	for (i = 0; i < ns; i++) {
@@ -125,6 +175,7 @@ print_json(const char *path, const struct tq_file_info *fi, int verified)
 	if (fi->kind == TQ_FILE_INDEX && fi->dups > 1)
 		printf(",\"copies\":%u,\"copy_ratio\":%g", (unsigned)fi->dups,
 		    (double)fi->dup_ratio);
+	print_calib_json();
 	printf(",\"nsections\":%u,\"sections\":[", fi->nsections);
 	for (i = 0; i < ns; i++) {
 		printf("%s{\"tag\":", i ? "," : "");
@@ -211,6 +262,7 @@ main(int argc, char *argv[])
 		die_status(st, argv[0]);
 	if (verify && (st = tq_file_verify(argv[0])) != TQ_OK)
 		die_status(st, argv[0]);
+	read_calib(argv[0], &fi);
 	if (json)
 		print_json(argv[0], &fi, verify);
 	else

@@ -27,7 +27,7 @@ static const char usage_str[] =
     "                 [-s seed] [-k k] [--oversample list] [--threads n] "
     "[--no-centre]\n"
     "                 [--lists n|auto] [--probes list] "
-    "[--sweep param=list]\n"
+    "[--sweep param=list] [--recall list]\n"
     "                 [--queries-limit n] [--json] [--plot file] "
     "[--peers file]\n"
     "                 [--title text]\n"
@@ -51,6 +51,7 @@ static const char help_str[] =
     "      --probes list     probes values to evaluate; needs --lists\n"
     "      --queries file    the queries of an evaluation\n"
     "      --queries-limit n  use only the first n queries (default all)\n"
+    "      --recall list     evaluate tq-search --recall at these targets\n"
     "  -s seed               rotation seed of the evaluated quantizer (default 42)\n"
     "      --sweep param=list  evaluate probes=list or oversample=list\n"
     "      --threads n       threads for brute force and searches (default 0: all)\n"
@@ -60,7 +61,7 @@ static const char help_str[] =
 
 enum { OPT_CORPUS = 256, OPT_DATASET, OPT_HDF5, OPT_JSON, OPT_LISTS,
     OPT_NO_CENTRE, OPT_OVERSAMPLE, OPT_PEERS, OPT_PLOT, OPT_PROBES,
-    OPT_QUERIES, OPT_QUERIES_LIMIT, OPT_SWEEP, OPT_THREADS, OPT_TITLE,
+    OPT_QUERIES, OPT_QUERIES_LIMIT, OPT_RECALL, OPT_SWEEP, OPT_THREADS, OPT_TITLE,
     OPT_TRUTH };
 
 static const struct option longopts[] = {
@@ -77,6 +78,7 @@ static const struct option longopts[] = {
 	{ "probes",		required_argument,	NULL, OPT_PROBES },
 	{ "queries",		required_argument,	NULL, OPT_QUERIES },
 	{ "queries-limit",	required_argument,	NULL, OPT_QUERIES_LIMIT },
+	{ "recall",		required_argument,	NULL, OPT_RECALL },
 	{ "sweep",		required_argument,	NULL, OPT_SWEEP },
 	{ "threads",		required_argument,	NULL, OPT_THREADS },
 	{ "title",		required_argument,	NULL, OPT_TITLE },
@@ -107,6 +109,8 @@ struct opts {
 	uint32_t lists;
 	uint32_t probes[MAX_OVERSAMPLE];	/* 0: the library's default */
 	int nprobes;
+	float target[MAX_OVERSAMPLE];	/* --recall */
+	int ntarget;
 };
 
 /* Sorted, deduplicated first c entries; returns how many remain. */
@@ -434,6 +438,8 @@ struct run {
 	unsigned bits;
 	float oversample;
 	uint32_t probes;
+	double target;		/* --recall: the target, else 0 */
+	struct tq_recall_choice ch;
 	double recall[NCUT];
 	double p50, p95, p99, qps;
 };
@@ -712,7 +718,29 @@ build_index(const struct opts *o, const char *corpus, enum tq_metric metric,
 		die_status(st, corpus);
 	tq_reader_close(r);
 	tq_quantizer_free(qz);
+	/* --recall: the calibration of tq-build --calibrate-sample 500. */
+	if (o->ntarget > 0) {
+		struct tq_calib_params cp;
+
+		progress("calibrating %u-bit", bits);
+		tq_calib_params_default(&cp);
+		cp.threads = o->threads;
+		if ((st = tq_index_calibrate(ixpath, &cp, NULL, ixpath)) !=
+		    TQ_OK)
+			die_status(st, corpus);
+	}
 	return now_seconds() - t0;
+}
+
+/* The cut-off of recall@k, k being 1, 10 or 100 (--recall checks it). */
+static size_t
+target_cut(uint32_t k)
+{
+	size_t c;
+
+	for (c = 0; c + 1 < NCUT && cutoffs[c] < k; c++)
+		;
+	return c;
 }
 
 /* The figures of one index: a JSON object (one line) or the text table. */
@@ -744,6 +772,15 @@ report(const struct opts *o, const char *corpus, enum tq_metric metric,
 			printf("%s{\"oversample\":%g,\"probes\":%u", i ? "," :
 			    "", (double)runs[i].oversample,
 			    (unsigned)runs[i].probes);
+			if (runs[i].target > 0)
+				printf(",\"recall_target\":%g,"
+				    "\"calibrated_recall\":%.4f,"
+				    "\"recall_reached\":%s,"
+				    "\"delivered_minus_target\":%.4f",
+				    runs[i].target, runs[i].ch.recall,
+				    runs[i].ch.reached ? "true" : "false",
+				    runs[i].recall[target_cut(k)] -
+				    runs[i].target);
 			for (c = 0; c < NCUT; c++)
 				if (cutoffs[c] <= k)
 					printf(",\"recall_at_%u\":%.4f",
@@ -785,6 +822,13 @@ report(const struct opts *o, const char *corpus, enum tq_metric metric,
 				    9 : 10, "-");
 		printf("  %6.3f  %6.3f  %6.3f  %8.0f\n", runs[i].p50,
 		    runs[i].p95, runs[i].p99, runs[i].qps);
+		if (runs[i].target > 0)
+			printf("  --recall %g: recall@%u %.4f, calibrated "
+			    "%.4f, delivered - target %+.4f%s\n",
+			    runs[i].target, k, runs[i].recall[target_cut(k)],
+			    runs[i].ch.recall, runs[i].recall[target_cut(k)] -
+			    runs[i].target, runs[i].ch.reached ? "" :
+			    " (not reached in calibration)");
 	}
 	printf("peak RSS %ld MB, kernel %s, %u threads\n",
 	    ru.ru_maxrss / 1024, tq_kernel_name(), threads);
@@ -856,7 +900,8 @@ eval_mode(const struct opts *o)
 
 	make_tmpdir();
 	/* Every bit width, probes value and oversampling value. */
-	per = (size_t)o->noversample * (size_t)o->nprobes;
+	per = o->ntarget > 0 ? (size_t)o->ntarget :
+	    (size_t)o->noversample * (size_t)o->nprobes;
 	nruns = per * (size_t)o->nbits;
 	runs = xmallocarray(nruns, sizeof(*runs));
 	for (b = 0; b < o->nbits; b++) {
@@ -894,6 +939,19 @@ eval_mode(const struct opts *o)
 		for (i = 0; i < per; i++) {
 			uint32_t pr = o->probes[i / (size_t)o->noversample];
 
+			if (o->ntarget > 0) {
+				br[i].bits = o->bits[b];
+				br[i].target = o->target[i];
+				if ((st = tq_index_recall_choose(ix, k,
+				    o->target[i], &br[i].ch)) != TQ_OK)
+					die_status(st, ixpath);
+				br[i].oversample = br[i].ch.oversample;
+				br[i].probes = br[i].ch.probes;
+				measure(ix, q, nq, dim, k, truth, tw,
+				    o->threads, &br[i]);
+				continue;
+			}
+			br[i].target = 0;
 			br[i].bits = o->bits[b];
 			br[i].oversample =
 			    o->oversample[i % (size_t)o->noversample];
@@ -927,6 +985,33 @@ eval_mode(const struct opts *o)
 }
 
 /* Options -------------------------------------------------------------- */
+
+/* --recall 0.9,0.95,0.99 */
+static void
+parse_targets(struct opts *o, const char *s)
+{
+	char buf[64];
+	const char *p = s;
+
+	o->ntarget = 0;
+	while (*p != '\0') {
+		size_t n = strcspn(p, ",");
+
+		if (n == 0 || n >= sizeof(buf) || o->ntarget == MAX_OVERSAMPLE)
+			usage_error("recall '%s': a list of at most %d "
+			    "targets", s, MAX_OVERSAMPLE);
+		memcpy(buf, p, n);
+		buf[n] = '\0';
+		o->target[o->ntarget] = parse_float(buf, 0, 1, "recall");
+		if (o->target[o->ntarget] <= 0)
+			usage_error("recall '%s' out of range: 0 < R <= 1",
+			    buf);
+		o->ntarget++;
+		p += n;
+		if (*p == ',')
+			p++;
+	}
+}
 
 static void
 given(struct opts *o, const char *name)
@@ -1001,6 +1086,16 @@ parse_sweep(struct opts *o, const char *s)
 	} else
 		usage_error("--sweep takes probes=LIST or oversample=LIST, not "
 		    "'%s'", s);
+}
+
+/* Was option `name` given? */
+static int
+has(const struct opts *o, const char *name)
+{
+	for (int i = 0; i < o->nset; i++)
+		if (strcmp(o->set[i], name) == 0)
+			return 1;
+	return 0;
 }
 
 /*
@@ -1120,6 +1215,10 @@ main(int argc, char *argv[])
 			parse_probes(&o, optarg);
 			given(&o, "--probes");
 			break;
+		case OPT_RECALL:
+			parse_targets(&o, optarg);
+			given(&o, "--recall");
+			break;
 		case OPT_SWEEP:
 			parse_sweep(&o, optarg);
 			break;
@@ -1160,7 +1259,14 @@ main(int argc, char *argv[])
 	} else if (o.hdf5 != NULL || o.corpus != NULL || o.queries != NULL) {
 		only(&o, " -b -m -s -k --oversample --threads --no-centre "
 		    "--queries-limit --json --hdf5 --corpus --queries --lists "
-		    "--probes --plot --peers --title ", "to an evaluation");
+		    "--probes --plot --peers --title --recall ",
+		    "to an evaluation");
+		if (o.ntarget > 0 && (has(&o, "--oversample") ||
+		    has(&o, "--probes") || o.plot != NULL))
+			usage_error("--recall chooses probes and oversample: "
+			    "no --oversample, --probes, --sweep or --plot");
+		if (o.ntarget > 0 && o.k != 1 && o.k != 10 && o.k != 100)
+			usage_error("--recall needs -k 1, 10 or 100");
 		if ((o.peers != NULL || o.title != NULL) && o.plot == NULL)
 			usage_error("%s needs --plot", o.peers != NULL ?
 			    "--peers" : "--title");

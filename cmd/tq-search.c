@@ -12,11 +12,11 @@ static const char usage_str[] =
     "tq-search [-k k] [-i queries | --like-file file] [-o output]\n"
     "                 [--oversample f|auto[:z]] [--threads n] [--batch n]\n"
     "                 [--format tsv|json|ivecs] [--dataset name] [--allow ids]\n"
-    "                 [--radius r] [--probes n] [--labels] [--include-self]\n"
-    "                 [--stats[=batch]] index\n"
+    "                 [--radius r] [--probes n] [--recall R] [--labels]\n"
+    "                 [--include-self] [--stats[=batch]] index\n"
     "       tq-search --like [-k k] [-o output] [--oversample f|auto[:z]]\n"
     "                 [--threads n] [--format tsv|json|ivecs] [--allow ids]\n"
-    "                 [--radius r] [--probes n] [--include-self]\n"
+    "                 [--radius r] [--probes n] [--recall R] [--include-self]\n"
     "                 [--stats[=batch]] index label ...";
 
 static const char help_str[] =
@@ -36,6 +36,8 @@ static const char help_str[] =
     "                        confidence z (0.5 to 10, default 2)\n"
     "      --probes n        IVF: lists scanned per query (default lists/16)\n"
     "      --radius r        range search: every vector within r of each query\n"
+    "      --recall R        choose --probes and --oversample for recall@k R\n"
+    "                        from the index's calibration (0 < R <= 1)\n"
     "      --stats           one JSON line of counts and times on stderr\n"
     "                        of the run (--stats=batch: one per batch)\n"
     "      --threads n       search threads, at most 1024 (default 0: all cores)\n"
@@ -43,7 +45,7 @@ static const char help_str[] =
     "  -V, --version         print the version and exit\n";
 
 enum { OPT_ALLOW = 256, OPT_BATCH, OPT_DATASET, OPT_FORMAT, OPT_OVERSAMPLE,
-    OPT_PROBES, OPT_RADIUS, OPT_STATS, OPT_THREADS, OPT_INCLUDE_SELF,
+    OPT_PROBES, OPT_RADIUS, OPT_RECALL, OPT_STATS, OPT_THREADS, OPT_INCLUDE_SELF,
     OPT_LABELS, OPT_LIKE, OPT_LIKE_FILE };
 
 static const struct option longopts[] = {
@@ -59,6 +61,7 @@ static const struct option longopts[] = {
 	{ "oversample",	required_argument,	NULL, OPT_OVERSAMPLE },
 	{ "probes",	required_argument,	NULL, OPT_PROBES },
 	{ "radius",	required_argument,	NULL, OPT_RADIUS },
+	{ "recall",	required_argument,	NULL, OPT_RECALL },
 	{ "stats",	optional_argument,	NULL, OPT_STATS },
 	{ "threads",	required_argument,	NULL, OPT_THREADS },
 	{ "version",	no_argument,		NULL, 'V' },
@@ -210,6 +213,11 @@ stats_add(struct tq_search_stats *a, const struct tq_search_stats *b)
  * batch's number from 0, or -1 for the whole run; wall the seconds spent
  * in the search calls.
  */
+/* --recall: the target, and what the calibration chose for it. */
+static double recall_target;
+static struct tq_recall_choice chosen;
+static int calib_stale;
+
 static void
 stats_print(const struct tq_search_stats *a, long long batch, double wall)
 {
@@ -217,6 +225,15 @@ stats_print(const struct tq_search_stats *a, long long batch, double wall)
 		fprintf(stderr, "{\"batch\":%lld,", batch);
 	else
 		fputc('{', stderr);
+	if (recall_target > 0)
+		fprintf(stderr, "\"recall_target\":%g,\"recall_k\":%u,"
+		    "\"probes\":%u,\"oversample\":%g,"
+		    "\"calibrated_recall\":%.4f,\"calibrated_se\":%.4f,"
+		    "\"recall_reached\":%s,\"calibration_stale\":%s,",
+		    recall_target, (unsigned)chosen.k, (unsigned)chosen.probes,
+		    (double)chosen.oversample, chosen.recall, chosen.se,
+		    chosen.reached ? "true" : "false",
+		    calib_stale ? "true" : "false");
 	fprintf(stderr, "\"queries\":%llu,\"lists_probed\":%llu,"
 	    "\"rows_scanned\":%llu,\"candidates\":%llu,\"refined\":%llu,"
 	    "\"reranked\":%llu,\"originals_read\":%llu,"
@@ -233,6 +250,39 @@ stats_print(const struct tq_search_stats *a, long long batch, double wall)
 	    (unsigned long long)a->originals_bytes,
 	    (unsigned long long)a->results, a->t_prepare, a->t_tables,
 	    a->t_scan, a->t_refine, a->t_rerank, wall);
+}
+
+/*
+ * --recall: the cheapest calibrated setting that reaches the target
+ * (tq_index_recall_choose), or the best one with a warning.
+ */
+static void
+choose_setting(const struct tq_index *ix, const char *path,
+    struct tq_search_params *sp)
+{
+	struct tq_calib_info ci;
+	enum tq_status st;
+
+	if ((st = tq_index_calib_info(ix, &ci)) != TQ_OK)
+		die_status(st, path);
+	if (!ci.present)
+		die("%s: no calibration for --recall: make one with tq-build "
+		    "--recalibrate (it needs originals)", path);
+	if ((st = tq_index_recall_choose(ix, sp->k, recall_target,
+	    &chosen)) != TQ_OK)
+		die_status(st, path);
+	calib_stale = ci.stale;
+	if (ci.stale)
+		warnmsg("warning: %s: the calibration was made at %llu live rows, the "
+		    "index has %llu now: recalibrate with tq-build "
+		    "--recalibrate", path, (unsigned long long)ci.live,
+		    (unsigned long long)tq_index_live(ix));
+	if (!chosen.reached)
+		warnmsg("warning: %s: --recall %g: the calibration reaches recall@%u "
+		    "%.4f at most; searching with that setting", path,
+		    recall_target, (unsigned)chosen.k, chosen.recall);
+	sp->probes = chosen.probes;
+	sp->oversample = chosen.oversample;
 }
 
 /* A radius: a decimal number, negative allowed (ip, cosine). */
@@ -270,7 +320,7 @@ main(int argc, char *argv[])
 	static float *queries, *scores;
 	static uint8_t *buf;
 	int ch, kset = 0, range = 0, iset = 0, labels = 0, like = 0;
-	int self = 0, stats = 0;
+	int self = 0, stats = 0, knob = 0;
 	uint32_t k;
 	struct tq_search_stats bst, total;
 	double wall = 0, t0;
@@ -322,6 +372,7 @@ main(int argc, char *argv[])
 			likepath = optarg;
 			break;
 		case OPT_OVERSAMPLE:
+			knob = 1;
 			if (strncmp(optarg, "auto", 4) == 0 &&
 			    (optarg[4] == '\0' || optarg[4] == ':')) {
 				sp.oversample = TQ_OVERSAMPLE_AUTO;
@@ -334,11 +385,18 @@ main(int argc, char *argv[])
 			}
 			break;
 		case OPT_PROBES:
+			knob = 1;
 			sp.probes = parse_u32(optarg, 1, UINT32_MAX, "probes");
 			break;
 		case OPT_RADIUS:
 			radius = parse_radius(optarg);
 			range = 1;
+			break;
+		case OPT_RECALL:
+			recall_target = parse_float(optarg, 0, 1, "recall");
+			if (recall_target <= 0)
+				usage_error("recall '%s' out of range: 0 < R "
+				    "<= 1", optarg);
 			break;
 		case OPT_STATS:
 			if (optarg == NULL)
@@ -363,6 +421,12 @@ main(int argc, char *argv[])
 		usage_error("missing index");
 	if (like && likepath != NULL)
 		usage_error("--like and --like-file: one or the other");
+	if (recall_target > 0 && knob)
+		usage_error("--recall chooses --probes and --oversample: give "
+		    "one or the other");
+	if (recall_target > 0 && range)
+		usage_error("--recall goes with k-nearest searches, not "
+		    "--radius");
 	if ((like || likepath != NULL) && iset)
 		usage_error("--like and --like-file take the queries from the "
 		    "index: no -i");
@@ -381,6 +445,8 @@ main(int argc, char *argv[])
 	if (!range && sp.k > avail)
 		die("%s: k (%u) exceeds the %llu vectors in the index", ixpath,
 		    sp.k, (unsigned long long)avail);
+	if (recall_target > 0)
+		choose_setting(ix, ixpath, &sp);
 	if ((sp.oversample > 1 || sp.oversample < 0) &&
 	    tq_index_originals(ix) == TQ_ORIG_NONE)
 		die("%s: --oversample needs originals, and the index has none",

@@ -44,6 +44,7 @@ struct ectx {
 	const double *xnorm;
 	size_t rows;
 	uint64_t row0;
+	const uint64_t *rowid;	/* the chunk's row ids, or NULL: row0 + r */
 };
 
 struct eworker {
@@ -161,7 +162,8 @@ erun(void *arg)
 						continue;
 				}
 				tq_topk_push(h, tq_exact_key(c->m, qv,
-				    c->x + r * dim, c->dim), c->row0 + r);
+				    c->x + r * dim, c->dim), c->rowid != NULL ?
+				    c->rowid[r] : c->row0 + r);
 			}
 		}
 	}
@@ -240,8 +242,17 @@ eres_alloc(struct eres *e, size_t nq, uint32_t dim, uint32_t k, unsigned nw)
 	return TQ_OK;
 }
 
+/* The rows of a reader, numbered in order. */
 static enum tq_status
-exact_run(struct eres *e, struct tq_reader *corpus, struct ectx *c,
+reader_next(void *arg, float *x, size_t max, size_t *got,
+    const uint64_t **rowid)
+{
+	*rowid = NULL;
+	return tq_reader_read(arg, x, max, got);
+}
+
+static enum tq_status
+exact_run(struct eres *e, tq_exact_next_fn next, void *arg, struct ectx *c,
     const float *queries)
 {
 	uint32_t dim = c->dim;
@@ -264,7 +275,7 @@ exact_run(struct eres *e, struct tq_reader *corpus, struct ectx *c,
 		e->w[t].q1 = e->nq * (t + 1) / e->nw;
 	}
 	for (;;) {
-		TQ_TRY(tq_reader_read(corpus, e->x, CHUNK_ROWS, &got));
+		TQ_TRY(next(arg, e->x, CHUNK_ROWS, &got, &c->rowid));
 		if (got == 0)
 			break;
 		for (i = 0; i < got; i++) {
@@ -299,6 +310,21 @@ tq_exact_search(struct tq_reader *corpus, enum tq_metric m,
     const float *queries, size_t nq, uint32_t dim, uint32_t k,
     unsigned threads, uint64_t *ids, float *scores)
 {
+	if (corpus == NULL || (nq > 0 && (queries == NULL || ids == NULL ||
+	    scores == NULL)))
+		return tq_fail(TQ_ERR_ARG, "exact search: NULL argument");
+	if (tq_reader_dim(corpus) != dim)
+		return tq_fail(TQ_ERR_MISMATCH, "corpus dimension %u does not "
+		    "match queries (%u)", tq_reader_dim(corpus), dim);
+	return tq_exact_source(reader_next, corpus, m, queries, nq, dim, k,
+	    threads, ids, scores);
+}
+
+enum tq_status
+tq_exact_source(tq_exact_next_fn next, void *arg, enum tq_metric m,
+    const float *queries, size_t nq, uint32_t dim, uint32_t k,
+    unsigned threads, uint64_t *ids, float *scores)
+{
 	struct ectx c;
 	struct eres e;
 	enum tq_status st;
@@ -306,16 +332,10 @@ tq_exact_search(struct tq_reader *corpus, enum tq_metric m,
 	size_t i;
 	uint32_t t, d;
 
-	if (corpus == NULL || (nq > 0 && (queries == NULL || ids == NULL ||
-	    scores == NULL)))
-		return tq_fail(TQ_ERR_ARG, "exact search: NULL argument");
 	if (k < 1)
 		return tq_fail(TQ_ERR_ARG, "k must be at least 1");
 	if (m != TQ_METRIC_IP && m != TQ_METRIC_COSINE && m != TQ_METRIC_L2)
 		return tq_fail(TQ_ERR_ARG, "unknown metric %d", (int)m);
-	if (tq_reader_dim(corpus) != dim)
-		return tq_fail(TQ_ERR_MISMATCH, "corpus dimension %u does not "
-		    "match queries (%u)", tq_reader_dim(corpus), dim);
 	for (i = 0; i < nq; i++)
 		for (d = 0; d < dim; d++)
 			if (!isfinite(queries[i * dim + d]))
@@ -344,7 +364,7 @@ tq_exact_search(struct tq_reader *corpus, enum tq_metric m,
 		c.x = e.x;
 		c.xn2 = e.xn2;
 		c.xnorm = e.xnorm;
-		st = exact_run(&e, corpus, &c, queries);
+		st = exact_run(&e, next, arg, &c, queries);
 	}
 	if (st == TQ_OK)
 		for (i = 0; i < nq; i++) {

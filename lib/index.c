@@ -43,6 +43,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "calib.h"
 #include "labels.h"
 
 void
@@ -1635,6 +1636,7 @@ index_bind(struct tq_index *ix)
 	if (ix->live == 0)
 		return tq_fail(TQ_ERR_FORMAT, "section TOMB: every "
 		    "vector is deleted");
+	TQ_TRY(tq_calib_check(ix));
 	return tq_labels_bind(ix);
 }
 
@@ -1968,6 +1970,7 @@ struct mut {
 	int lfd;
 	int same;		/* out is path: a commit onto it */
 	uint8_t **tomb;
+	int calb;		/* a new CALB replaces the current one */
 };
 
 static void
@@ -2110,7 +2113,8 @@ mut_keep(struct mut *m, struct tq_filewriter *fw, int copy)
 		if (f->version < 2 && seg)
 			si.part = 1;
 		if (tag == TQ_TAG_IPAR || (tag == TQ_TAG_TOMB && si.part > 0 &&
-		    m->tomb[si.part - 1] != NULL))
+		    m->tomb[si.part - 1] != NULL) ||
+		    (tag == TQ_TAG_CALB && si.part == 0 && m->calb))
 			continue;
 		if (!copy) {
 			TQ_TRY(tq_fw_keep(fw, &si));
@@ -2445,6 +2449,68 @@ done:
 	if (src.fd >= 0)
 		close(src.fd);
 	build_free(&b);
+	mut_close(&m);
+	return rc;
+}
+
+/*
+ * A calibration (calib.c) measured on the locked index and committed as
+ * its new CALB section, as a delete commits its bitmaps.
+ */
+enum tq_status
+tq_index_calibrate(const char *path, const struct tq_calib_params *cp,
+    const struct tq_build_params *p, const char *out)
+{
+	struct tq_build_params bp;
+	struct tq_calib_params dp;
+	struct tq_filewriter *fw;
+	struct mut m;
+	uint8_t *calb = NULL;
+	size_t len;
+	int onto;
+	enum tq_status rc;
+
+	tq_clear_detail();
+	if (path == NULL || out == NULL)
+		return tq_fail(TQ_ERR_ARG, "calibrate: NULL argument");
+	if (p != NULL)
+		bp = *p;
+	else
+		tq_build_params_default(&bp);
+	if (cp == NULL) {
+		tq_calib_params_default(&dp);
+		cp = &dp;
+	}
+	if ((rc = mut_open(path, out, &bp, 0, &m)) != TQ_OK)
+		goto done;
+	if (cp->queries != NULL && cp->nq > 0 && cp->dim != m.ix->q->dim) {
+		rc = tq_fail(TQ_ERR_MISMATCH, "calibration queries of "
+		    "dimension %u, the index has %u", cp->dim, m.ix->q->dim);
+		goto done;
+	}
+	if ((rc = tq_calib_compute(m.ix, cp, &calb, &len)) != TQ_OK)
+		goto done;
+	onto = m.same && m.ix->file.version >= 2;
+	if (!onto && (rc = tq_file_verify(path)) != TQ_OK)
+		goto done;
+	m.calb = 1;
+	if (onto)
+		rc = tq_fw_open_commit(m.lfd, &m.ix->file, &fw);
+	else
+		rc = tq_fw_open(out, TQ_FILE_INDEX, 16, &fw);
+	if (rc != TQ_OK)
+		goto done;
+	if ((rc = mut_keep(&m, fw, !onto)) != TQ_OK ||
+	    (rc = tq_fw_begin(fw, TQ_TAG_CALB)) != TQ_OK ||
+	    (rc = tq_fw_write(fw, calb, len)) != TQ_OK ||
+	    (rc = tq_fw_end(fw)) != TQ_OK ||
+	    (rc = mut_ipar(&m, fw, 0, 0, 0, 0)) != TQ_OK) {
+		tq_fw_abort(fw);
+		goto done;
+	}
+	rc = tq_fw_commit(fw);	/* frees fw either way */
+done:
+	free(calb);
 	mut_close(&m);
 	return rc;
 }

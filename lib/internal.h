@@ -973,6 +973,16 @@ const struct tq_kernels *tq_kernels(void);
  */
 float tq_exact_key(enum tq_metric m, const float *qv, const float *x,
     uint32_t dim);
+/*
+ * tq_exact_search over any source of rows: next() fills up to max rows
+ * (dim floats each) and sets *got (0 at the end) and *rowid to the ids
+ * the rows get in the results (NULL: their numbers in the order given).
+ */
+typedef enum tq_status (*tq_exact_next_fn)(void *arg, float *x, size_t max,
+    size_t *got, const uint64_t **rowid);
+enum tq_status tq_exact_source(tq_exact_next_fn next, void *arg,
+    enum tq_metric m, const float *queries, size_t nq, uint32_t dim,
+    uint32_t k, unsigned threads, uint64_t *ids, float *scores);
 /* sum a[d] * b[d] in double, in the lanes of tq_exact_key. */
 double tq_dot_lanes(const float *a, const float *b, uint32_t dim);
 

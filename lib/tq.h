@@ -826,6 +826,105 @@ enum tq_status tq_search_range(const struct tq_index *ix,
 void tq_range_free(struct tq_range *r);
 
 /*
+ * Calibration for a recall target (tq(5) CALB).  tq_index_calibrate
+ * measures, on an index with originals, the recall@k that searches
+ * deliver over a grid of settings (probes for an IVF index, oversample)
+ * and what each costs (rows scanned, candidates refined, originals read),
+ * and commits the figures to the index as its CALB section (replacing
+ * any it had), as a change does (tq_index_delete: the lock, a commit
+ * onto `out` when it is `path`, else a whole new file).  The queries are
+ * cp->queries (nq rows of the index's dimension: representative queries
+ * of the user) or, when NULL, a seeded sample of cp->sample live rows of
+ * the index itself, each searched as a held-out query: its own row (its
+ * id) is left out of its exact neighbours and of its results.  Exact
+ * neighbours are those of the stored originals (tq_exact_search's
+ * method, sgemm filtering and double keys, streaming the originals in
+ * chunks: memory O(queries * 100 + chunk)).  The figures depend only on
+ * the index's live rows, their order and ids, and the queries: never on
+ * threads, kernels or BLAS.  Fails with TQ_ERR_NOORIG without originals,
+ * TQ_ERR_EMPTY if fewer than TQ_CALIB_MIN_ROWS rows are live (a sample)
+ * or no query is given, TQ_ERR_MISMATCH for queries of another dimension.
+ */
+struct tq_calib_params {
+	const float *queries;	/* NULL: a sample of the index's rows */
+	size_t nq;
+	uint32_t dim;		/* the queries' dimension */
+	uint32_t sample;	/* rows sampled; 0 = TQ_CALIB_SAMPLE; at most
+				   TQ_CALIB_MAX_SAMPLE and a quarter of the
+				   live rows are taken */
+	uint64_t seed;		/* the sample's seed */
+	unsigned threads;	/* 0 = all cores */
+};
+#define TQ_CALIB_SAMPLE 500u
+#define TQ_CALIB_MIN_ROWS 100u
+#define TQ_CALIB_MAX_QUERIES 100000u
+#define TQ_CALIB_MAX_SAMPLE 10000u
+/* sample 0 (TQ_CALIB_SAMPLE), seed TQ_CALIB_SEED, threads 0. */
+#define TQ_CALIB_SEED 20261202u
+void tq_calib_params_default(struct tq_calib_params *p);
+enum tq_status tq_index_calibrate(const char *path,
+    const struct tq_calib_params *cp, const struct tq_build_params *bp,
+    const char *out);
+
+/*
+ * What an index's calibration says: present 0 when it has none.  stale
+ * is 1 when the live rows have changed by more than TQ_CALIB_STALE_PCT
+ * percent since (appends, deletes): the figures describe another index.
+ */
+struct tq_calib_info {
+	int present;
+	unsigned source;	/* 1: a sample of its rows; 2: given queries */
+	uint32_t queries;
+	uint64_t live;		/* live rows when it was made */
+	uint64_t seed;		/* source 1 */
+	uint32_t nk, nprobes, noversample, measured;
+	uint32_t k[8];		/* the calibrated k, ascending */
+	int stale;
+};
+#define TQ_CALIB_STALE_PCT 10u
+enum tq_status tq_index_calib_info(const struct tq_index *ix,
+    struct tq_calib_info *out);
+
+/*
+ * The cheapest calibrated setting whose recall@k reaches `target`
+ * (0 < target <= 1): among the measured settings at the calibrated k
+ * (the smallest calibrated k >= the k asked, else the largest), those
+ * whose mean recall less TQ_RECALL_Z standard errors is at least
+ * target - TQ_RECALL_SLACK, the one of least cost (below), ties to
+ * fewer probes, then less oversample.  If none
+ * reaches it, the one with the highest such lower bound, and reached is
+ * 0.  TQ_ERR_ARG for a target out of range, TQ_ERR_EMPTY if the index
+ * has no calibration.  probes is 0 for a flat index; oversample 1 means
+ * no re-rank.
+ */
+struct tq_recall_choice {
+	uint32_t k;		/* the calibrated k used */
+	uint32_t probes;
+	float oversample;
+	double recall;		/* its calibrated mean recall@k */
+	double se;		/* the standard error of that mean */
+	double cost;		/* per query, in the units of tq(5) CALB */
+	int reached;
+};
+#define TQ_RECALL_Z 2.0
+#define TQ_RECALL_SLACK 0.005
+/*
+ * The cost of a query: rows scanned x code bytes of a row, plus
+ * WREFINE x dim per candidate refined and WORIG x dim per original read.
+ * A refined candidate is about 4 rows scanned of 4-bit codes, an
+ * original about 100: its row is read from a random place of the file
+ * (a cache miss at best, a page fault or a disk read at worst) and
+ * summed in double.  On Fashion-MNIST IVF (scripts/bench-recall, CPU of
+ * tq-search --batch 1 processes, a loaded machine) 4 probes without
+ * re-rank took 0.54 to 0.60 times the CPU of 3 probes re-ranking 15
+ * originals: an original cost about 170 rows scanned there.
+ */
+#define TQ_RECALL_WREFINE 2.0
+#define TQ_RECALL_WORIG 48.0
+enum tq_status tq_index_recall_choose(const struct tq_index *ix, uint32_t k,
+    double target, struct tq_recall_choice *out);
+
+/*
  * Exact top-k by brute force (BLAS sgemm), streaming the corpus from a
  * reader in chunks: memory is O(nq*k + chunk).  Result ids are row numbers
  * of the corpus, ties broken by smaller row.  For ground truth.

@@ -65,7 +65,7 @@ comp_opts() {
 		    "$( (c_longopts "$p"; c_shortopts "$p") | sed 's/:$//' | LC_ALL=C sort)"
 	done
 	assert_equal "$(complete_words tq-search --ove)" "--oversample"
-	assert_equal "$(complete_words tq-build --no)" "$(printf '%s\n' --no-centre --no-wait)"
+	assert_equal "$(complete_words tq-build --no)" "$(printf '%s\n' --no-calibrate --no-centre --no-wait)"
 	assert_equal "$(complete_words tq-inspect --v)" "$(printf '%s\n' --verify --version)"
 }
 

@@ -448,8 +448,8 @@ tqfile_cases() {
 	expect 2 '-q cannot be used with -b, -m, -s, --no-centre or --lists' \
 	    '-q cannot be used with -b, -m, -s, --no-centre or --lists' \
 	    tq-build -q q.tq -b 2 -o out.tqi c.bin
-	expect 2 'only one of --append, --delete and --compact' \
-	    'only one of --append, --delete and --compact' \
+	expect 2 'only one of --append, --delete, --compact and --recalibrate' \
+	    'only one of --append, --delete, --compact and --recalibrate' \
 	    tq-build --append --compact a.tqi
 	expect 2 "--MODE keeps the index's quantizer, originals and copies: no -q, -b, -m, -s, --no-centre, --lists, --originals, --dups or --dup-ratio" \
 	    "--compact keeps the index's quantizer, originals and copies: no -q, -b, -m, -s, --no-centre, --lists, --originals, --dups or --dup-ratio" \
@@ -514,6 +514,30 @@ tqfile_cases() {
 	expect 2 '--shard cannot take a labels file (use --labels auto with a labelled corpus)' \
 	    '--shard cannot take a labels file (use --labels auto with a labelled corpus)' \
 	    tq-build -q q.tq --shard 0/2 --labels all.labels -o out.tqi c.bin
+	# The calibration.
+	expect 1 'FILE: calibration needs originals, and the index has none' \
+	    'noorig.tqi: calibration needs originals, and the index has none' \
+	    tq-build --recalibrate noorig.tqi
+	"$TQ_BIN/tq-build" -o c8.tqi c8.bin
+	expect 1 'FILE: N live rows, too few to calibrate from (at least 100)' \
+	    'c8.tqi: 50 live rows, too few to calibrate from (at least 100)' \
+	    tq-build --recalibrate c8.tqi
+	expect 1 'FILE: calibration queries of dimension D, the index has E' \
+	    'c8.bin: calibration queries of dimension 8, the index has 16' \
+	    tq-build --recalibrate --calibrate c8.bin -o cal.tqi i.tqi
+	expect 2 '--no-calibrate and --calibrate or --calibrate-sample: one or the other' \
+	    '--no-calibrate and --calibrate or --calibrate-sample: one or the other' \
+	    tq-build --no-calibrate --calibrate-sample 10 -o x.tqi c.bin
+	expect 2 "--calibrate-sample samples the index's rows: not with --calibrate" \
+	    "--calibrate-sample samples the index's rows: not with --calibrate" \
+	    tq-build --calibrate c.bin --calibrate-sample 10 -o x.tqi c.bin
+	expect 2 "--MODE keeps the index's calibration: no --calibrate, --calibrate-sample or --no-calibrate (recalibrate with --recalibrate)" \
+	    "--append keeps the index's calibration: no --calibrate, --calibrate-sample or --no-calibrate (recalibrate with --recalibrate)" \
+	    tq-build --append --no-calibrate i.tqi c.bin
+	expect 2 '--no-calibrate goes with a build or --compact' \
+	    '--no-calibrate goes with a build or --compact' \
+	    tq-build --recalibrate --no-calibrate i.tqi
+	[ ! -e x.tqi ] && [ ! -e cal.tqi ]
 	all_seen tq-build
 	cmp a.tqi i.tqi
 	[ ! -e out.tqi ]
@@ -676,6 +700,17 @@ tqfile_cases() {
 	expect 2 "--stats takes no value or =batch, not 'ARG'" \
 	    "--stats takes no value or =batch, not 'all'" \
 	    tq-search --stats=all i.tqi
+	expect 1 'FILE: no calibration for --recall: make one with tq-build --recalibrate (it needs originals)' \
+	    'i.tqi: no calibration for --recall: make one with tq-build --recalibrate (it needs originals)' \
+	    tq-search --recall 0.9 -i c.bin -o out.tsv i.tqi
+	expect 2 "recall 'ARG' out of range: 0 < R <= 1" \
+	    "recall '0' out of range: 0 < R <= 1" tq-search --recall 0 i.tqi
+	expect 2 '--recall chooses --probes and --oversample: give one or the other' \
+	    '--recall chooses --probes and --oversample: give one or the other' \
+	    tq-search --recall 0.9 --oversample 2 i.tqi
+	expect 2 '--recall goes with k-nearest searches, not --radius' \
+	    '--recall goes with k-nearest searches, not --radius' \
+	    tq-search --recall 0.9 --radius 1 i.tqi
 	out_cases tq-search -i c.bin -o {} i.tqi
 	all_seen tq-search
 	[ ! -e out.tsv ] && [ ! -e out.ivecs ]
@@ -797,6 +832,17 @@ tqfile_cases() {
 	expect 1 'FILE: --corpus is read more than once: it needs a file, not a pipe or standard input' \
 	    'stdin: --corpus is read more than once: it needs a file, not a pipe or standard input' \
 	    tq-recall --corpus - --queries c.bin
+	expect 2 "recall 'ARG' out of range: 0 < R <= 1" \
+	    "recall '0' out of range: 0 < R <= 1" \
+	    tq-recall --corpus c.bin --queries c.bin -k 10 --recall 0.9,0
+	expect 2 "recall 'LIST': a list of at most N targets" \
+	    "recall '0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8': a list of at most 16 targets" \
+	    tq-recall --corpus c.bin --queries c.bin -k 10 --recall 0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8
+	expect 2 '--recall chooses probes and oversample: no --oversample, --probes, --sweep or --plot' \
+	    '--recall chooses probes and oversample: no --oversample, --probes, --sweep or --plot' \
+	    tq-recall --corpus c.bin --queries c.bin -k 10 --recall 0.9 --sweep probes=2
+	expect 2 '--recall needs -k 1, 10 or 100' '--recall needs -k 1, 10 or 100' \
+	    tq-recall --corpus c.bin --queries c.bin -k 5 --recall 0.9
 	all_seen tq-recall
 	[ ! -e out.ivecs ] && [ ! -e out.svg ]
 	! ls .out.svg.tmp.* 2>/dev/null

@@ -23,7 +23,11 @@ setup_file() {
 	seq 0 299 | sed 's/^/w/' >"$F/c.labels"
 	"$TQ_BIN/tq-build" -q "$F/good.tq" --labels "$F/c.labels" \
 	    -o "$F/good.tqi" "$F/c.bin"
-	"$PY" "$MAL/make-index-cases" "$F/good.tqi" "$F/good.tq" "$F/cases" >"$F/ncases"
+	# With a calibration (a second commit), for the CALB cases.
+	"$TQ_BIN/tq-build" -q "$F/good.tq" --calibrate-sample 50 \
+	    -o "$F/cal.tqi" "$F/c.bin"
+	"$PY" "$MAL/make-index-cases" "$F/good.tqi" "$F/good.tq" "$F/cases" \
+	    "$F/cal.tqi" >"$F/ncases"
 }
 
 setup() {

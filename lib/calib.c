@@ -1,0 +1,760 @@
+/*
+ * calib.c - a recall target instead of knobs: the calibration of an
+ * index (tq(5) CALB) and the choice of a setting from it.
+ *
+ * The calibration searches a few hundred queries over a grid of settings
+ * (probes x oversample, at k 1, 10 and 100) and stores each setting's
+ * mean recall@k, its standard error and the counts of tq_search_stats that
+ * set its cost.  Counts, not times: the section, and so the index, is
+ * then the same bytes on any machine, and a compaction still equals a
+ * fresh build.  The queries are the user's, or rows of the index taken
+ * as held-out queries: their own id is left out of their exact
+ * neighbours and of their results, so that they are as hard as queries
+ * from outside (the row itself would otherwise be a free rank 1).
+ */
+#include <sys/mman.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "calib.h"
+
+/* The grid.  Oversample 1 is "no re-rank" (candidates refined instead). */
+static const float grid_over[] = { 1, 1.5f, 2, 3, 4, 6, 8, 12, 16 };
+#define NOVER (sizeof(grid_over) / sizeof(grid_over[0]))
+static const uint32_t grid_k[] = { 1, 10, 100 };
+#define NK (sizeof(grid_k) / sizeof(grid_k[0]))
+#define KMAX 100u
+
+/* Cost weights: tq.h TQ_RECALL_WREFINE and TQ_RECALL_WORIG. */
+#define WREFINE TQ_RECALL_WREFINE
+#define WORIG TQ_RECALL_WORIG
+
+/*
+ * The probes stop rising at this mean recall: on a large IVF index the
+ * last values (all lists) are flat scans, and a mean of exactly 1 may
+ * never come.  Targets above it can then go unreached.
+ */
+#define SATURATED 0.999
+
+struct calview {
+	unsigned source;
+	uint32_t m, nk, np, no;
+	uint64_t live, seed;
+	const uint8_t *k, *probes, *over, *ent;
+};
+
+static const uint8_t *
+calb_section(const struct tq_index *ix, uint64_t *len)
+{
+	return tq_file_section(&ix->file, TQ_TAG_CALB, len);
+}
+
+static size_t
+calb_length(uint32_t nk, uint32_t np, uint32_t no)
+{
+	return TQ_CALB_HEADER + 4 * ((size_t)nk + np + no) +
+	    TQ_CALB_ENTRY * (size_t)nk * np * no;
+}
+
+static enum tq_status
+bad(const char *what)
+{
+	return tq_fail(TQ_ERR_FORMAT, "section CALB: %s", what);
+}
+
+static enum tq_status
+calb_view(const struct tq_index *ix, const uint8_t *s, uint64_t len,
+    struct calview *v)
+{
+	uint32_t i, prev = 0;
+	float fprev = 0;
+
+	if (len < TQ_CALB_HEADER)
+		return bad("shorter than its header");
+	if (rd_le32(s) != 1)
+		return bad("unknown version");
+	v->source = rd_le32(s + 4);
+	v->live = rd_le64(s + 8);
+	v->seed = rd_le64(s + 16);
+	v->m = rd_le32(s + 24);
+	v->nk = rd_le32(s + 28);
+	v->np = rd_le32(s + 32);
+	v->no = rd_le32(s + 36);
+	for (i = 40; i < TQ_CALB_HEADER; i++)
+		if (s[i] != 0)
+			return bad("reserved bytes are not 0");
+	if (v->source < 1 || v->source > 2)
+		return bad("unknown source of queries");
+	if (v->m == 0 || v->m > TQ_CALIB_MAX_QUERIES || v->live == 0)
+		return bad("no queries or no rows");
+	if (v->nk < 1 || v->nk > TQ_CALB_MAXK || v->np < 1 ||
+	    v->np > TQ_CALB_MAXP || v->no < 1 || v->no > TQ_CALB_MAXO)
+		return bad("grid size out of range");
+	if (len != calb_length(v->nk, v->np, v->no))
+		return tq_fail(TQ_ERR_FORMAT, "section CALB: length %llu, "
+		    "expected %zu", (unsigned long long)len,
+		    calb_length(v->nk, v->np, v->no));
+	v->k = s + TQ_CALB_HEADER;
+	v->probes = v->k + 4 * (size_t)v->nk;
+	v->over = v->probes + 4 * (size_t)v->np;
+	v->ent = v->over + 4 * (size_t)v->no;
+	for (i = 0; i < v->nk; i++) {
+		uint32_t k = rd_le32(v->k + 4 * (size_t)i);
+
+		if (k <= prev || k > 1000000)
+			return bad("k not ascending from 1");
+		prev = k;
+	}
+	if (ix->nlist == 0) {
+		if (v->np != 1 || rd_le32(v->probes) != 0)
+			return bad("probes given for a flat index");
+	} else {
+		for (prev = 0, i = 0; i < v->np; i++) {
+			uint32_t p = rd_le32(v->probes + 4 * (size_t)i);
+
+			if (p <= prev || p > ix->nlist)
+				return bad("probes not ascending within the "
+				    "lists");
+			prev = p;
+		}
+	}
+	for (i = 0; i < v->no; i++) {
+		float o = rd_lef32(v->over + 4 * (size_t)i);
+
+		if (!(o >= 1.0f && o <= 1000.0f) || (i > 0 && !(o > fprev)))
+			return bad("oversample not ascending from 1");
+		if (o > 1.0f && ix->originals == TQ_ORIG_NONE)
+			return bad("re-rank calibrated without originals");
+		fprev = o;
+	}
+	for (i = 0; i < v->nk * v->np * v->no; i++) {
+		const uint8_t *e = v->ent + TQ_CALB_ENTRY * (size_t)i;
+		uint32_t fl = rd_le32(e + 20);
+
+		if (fl > 1)
+			return bad("unknown entry flags");
+		for (unsigned f = 0; f < 5; f++) {
+			float x = rd_lef32(e + 4 * f);
+
+			if (fl == 0 ? x != 0.0f : !(x >= 0.0f &&
+			    x <= (f < 2 ? 1.0f : 3.4e38f)))
+				return bad("entry out of range");
+		}
+	}
+	return TQ_OK;
+}
+
+enum tq_status
+tq_calib_check(const struct tq_index *ix)
+{
+	struct calview v;
+	uint64_t len;
+	const uint8_t *s = calb_section(ix, &len);
+
+	return s == NULL ? TQ_OK : calb_view(ix, s, len, &v);
+}
+
+void
+tq_calib_params_default(struct tq_calib_params *p)
+{
+	memset(p, 0, sizeof(*p));
+	p->seed = TQ_CALIB_SEED;
+}
+
+enum tq_status
+tq_index_calib_info(const struct tq_index *ix, struct tq_calib_info *out)
+{
+	struct calview v;
+	uint64_t len, d;
+	const uint8_t *s;
+
+	if (ix == NULL || out == NULL)
+		return tq_fail(TQ_ERR_ARG, "calibration info: NULL argument");
+	memset(out, 0, sizeof(*out));
+	if ((s = calb_section(ix, &len)) == NULL)
+		return TQ_OK;
+	TQ_TRY(calb_view(ix, s, len, &v));
+	out->present = 1;
+	out->source = v.source;
+	out->queries = v.m;
+	out->live = v.live;
+	out->seed = v.seed;
+	out->nk = v.nk;
+	out->nprobes = v.np;
+	out->noversample = v.no;
+	for (uint32_t i = 0; i < v.nk; i++)
+		out->k[i] = rd_le32(v.k + 4 * (size_t)i);
+	for (uint32_t i = 0; i < v.nk * v.np * v.no; i++)
+		out->measured += rd_le32(v.ent + TQ_CALB_ENTRY * (size_t)i + 20);
+	d = ix->live > v.live ? ix->live - v.live : v.live - ix->live;
+	out->stale = (double)d * 100.0 > (double)TQ_CALIB_STALE_PCT *
+	    (double)v.live;
+	return TQ_OK;
+}
+
+/* The cost of one query of an entry, in code-byte units (tq(5) CALB). */
+static double
+entry_cost(const struct tq_index *ix, const uint8_t *e)
+{
+	double dim = ix->q->dim;
+
+	return (double)rd_lef32(e + 8) * (double)tq_code_bytes(ix->q) +
+	    (double)rd_lef32(e + 12) * dim * WREFINE +
+	    (double)rd_lef32(e + 16) * dim * WORIG;
+}
+
+enum tq_status
+tq_index_recall_choose(const struct tq_index *ix, uint32_t k, double target,
+    struct tq_recall_choice *out)
+{
+	struct calview v;
+	uint64_t len;
+	const uint8_t *s;
+	uint32_t ki, pi, oi;
+	int have = 0;
+	double best_lb = -1;
+
+	tq_clear_detail();
+	if (ix == NULL || out == NULL)
+		return tq_fail(TQ_ERR_ARG, "recall: NULL argument");
+	if (!(target > 0.0 && target <= 1.0))
+		return tq_fail(TQ_ERR_ARG, "recall target %g is not in (0, 1]",
+		    target);
+	memset(out, 0, sizeof(*out));
+	if ((s = calb_section(ix, &len)) == NULL)
+		return tq_fail(TQ_ERR_EMPTY, "the index has no calibration");
+	TQ_TRY(calb_view(ix, s, len, &v));
+	for (ki = 0; ki + 1 < v.nk && rd_le32(v.k + 4 * (size_t)ki) < k; ki++)
+		;
+	out->k = rd_le32(v.k + 4 * (size_t)ki);
+	for (pi = 0; pi < v.np; pi++)
+		for (oi = 0; oi < v.no; oi++) {
+			const uint8_t *e = v.ent + TQ_CALB_ENTRY *
+			    (((size_t)ki * v.np + pi) * v.no + oi);
+			double r = rd_lef32(e), se = rd_lef32(e + 4);
+			double lb = r - TQ_RECALL_Z * se, cost;
+			int ok;
+
+			if (rd_le32(e + 20) == 0)
+				continue;
+			cost = entry_cost(ix, e);
+			ok = lb >= target - TQ_RECALL_SLACK - 1e-12;
+			/*
+			 * Reaching beats not reaching; among those reaching,
+			 * less cost; among those not, a higher lower bound.
+			 * The grid is walked in ascending probes, then
+			 * oversample, so ties keep the smaller setting.
+			 */
+			if (have && (out->reached ? !ok || cost >= out->cost :
+			    !ok && (lb <= best_lb || (lb == best_lb &&
+			    cost >= out->cost))))
+				continue;
+			have = 1;
+			best_lb = lb;
+			out->reached = ok;
+			out->probes = rd_le32(v.probes + 4 * (size_t)pi);
+			out->oversample = rd_lef32(v.over + 4 * (size_t)oi);
+			out->recall = r;
+			out->se = se;
+			out->cost = cost;
+		}
+	if (!have)
+		return tq_fail(TQ_ERR_FORMAT, "section CALB: no setting was "
+		    "measured at k %u", out->k);
+	return TQ_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Measuring                                                                 */
+
+/* The live rows of ix in order, as a tq_exact_source: ids = row numbers. */
+struct rowsrc {
+	const struct tq_index *ix;
+	uint32_t part;
+	uint64_t r;			/* local row in part */
+	uint64_t *rowid;		/* chunk row numbers */
+	const uint8_t *lo, *hi;		/* originals read by the last call */
+};
+
+/*
+ * The pages of originals already read are given back to the page cache
+ * (MADV_DONTNEED on a read-only file mapping drops them from the
+ * process, not from the file): a pass over the whole ORIG of a large
+ * index would otherwise count all of it in the resident set.
+ */
+static void
+release(struct rowsrc *s)
+{
+	uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t a = ((uintptr_t)s->lo + pg - 1) & ~(pg - 1);
+	uintptr_t b = (uintptr_t)s->hi & ~(pg - 1);
+
+	if (s->lo != NULL && b > a)
+		(void)madvise((void *)a, b - a, MADV_DONTNEED);
+	s->lo = s->hi = NULL;
+}
+
+static enum tq_status
+rows_next(void *arg, float *x, size_t max, size_t *got,
+    const uint64_t **rowid)
+{
+	struct rowsrc *s = arg;
+	const struct tq_index *ix = s->ix;
+	uint32_t dim = ix->q->dim, d;
+	size_t n = 0;
+
+	size_t rb = (size_t)dim * (ix->originals == TQ_ORIG_F16 ? 2 : 4);
+
+	if (s->rowid == NULL &&
+	    (s->rowid = tq_mallocarray(max, sizeof(*s->rowid))) == NULL)
+		return tq_fail(TQ_ERR_NOMEM, "out of memory");
+	release(s);
+	while (n < max && s->part < ix->nparts) {
+		const struct tq_part *p = &ix->parts[s->part];
+
+		if (s->r >= p->n) {
+			release(s);
+			s->part++;
+			s->r = 0;
+			continue;
+		}
+		if (s->lo == NULL)
+			s->lo = p->orig + rb * s->r;
+		s->hi = p->orig + rb * (s->r + 1);
+		if (!tq_part_dead(p, s->r)) {
+			float *o = x + n * dim;
+
+			if (ix->originals == TQ_ORIG_F16) {
+				const uint8_t *h = p->orig + 2 * dim * s->r;
+
+				for (d = 0; d < dim; d++)
+					o[d] = tq_f16_to_f32(rd_le16(h + 2 *
+					    (size_t)d));
+			} else {
+				const uint8_t *f = p->orig + 4 * (size_t)dim *
+				    s->r;
+
+				for (d = 0; d < dim; d++)
+					o[d] = rd_lef32(f + 4 * (size_t)d);
+			}
+			s->rowid[n++] = p->row0 + s->r;
+		}
+		s->r++;
+	}
+	*got = n;
+	*rowid = s->rowid;
+	return TQ_OK;
+}
+
+/* Row r (of the row space) as a query vector. */
+static void
+row_vector(const struct tq_index *ix, uint64_t r, float *o)
+{
+	const struct tq_part *p = tq_part_of_row(ix, r);
+	uint32_t dim = ix->q->dim, d;
+	uint64_t lr = r - p->row0;
+
+	for (d = 0; d < dim; d++)
+		o[d] = ix->originals == TQ_ORIG_F16 ?
+		    tq_f16_to_f32(rd_le16(p->orig + 2 * ((size_t)dim * lr + d))) :
+		    rd_lef32(p->orig + 4 * ((size_t)dim * lr + d));
+}
+
+static int
+cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * m distinct positions among the live rows (Floyd's sampling with the
+ * seeded generator of ivf.c), turned into rows of the row space, ascending.
+ */
+static enum tq_status
+sample_rows(const struct tq_index *ix, uint32_t m, uint64_t seed,
+    uint64_t *rows)
+{
+	uint64_t L = ix->live, g = seed, j, pos;
+	uint32_t n = 0, i, at;
+
+	for (j = L - m; j < L; j++) {
+		uint64_t t = tq_rand_below(&g, j + 1);
+		int dup = 0;
+
+		for (i = 0; i < n; i++)
+			if (rows[i] == t) {
+				dup = 1;
+				break;
+			}
+		rows[n++] = dup ? j : t;
+	}
+	qsort(rows, m, sizeof(*rows), cmp_u64);
+	/* Live positions to rows: one walk over the segments. */
+	for (pos = 0, at = 0, i = 0; i < ix->nparts && at < m; i++) {
+		const struct tq_part *p = &ix->parts[i];
+
+		for (uint64_t r = 0; r < p->n && at < m; r++) {
+			if (tq_part_dead(p, r))
+				continue;
+			while (at < m && rows[at] == pos)
+				rows[at++] = p->row0 + r;
+			pos++;
+		}
+	}
+	return at == m ? TQ_OK : tq_fail(TQ_ERR_FORMAT, "live rows miscounted");
+}
+
+/* The probes grid of an IVF index: about sqrt(2) apart, then all lists. */
+static uint32_t
+probes_grid(uint32_t nlist, uint32_t *p)
+{
+	static const uint32_t a[] = { 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48 };
+	uint32_t n = 0, v;
+	size_t i;
+
+	if (nlist == 0) {
+		p[0] = 0;
+		return 1;
+	}
+	for (i = 0; i < sizeof(a) / sizeof(a[0]) && a[i] < nlist; i++)
+		p[n++] = a[i];
+	for (v = 64; v < nlist && n + 1 < TQ_CALB_MAXP; v *= 2) {
+		p[n++] = v;
+		if (v + v / 2 < nlist && n + 1 < TQ_CALB_MAXP)
+			p[n++] = v + v / 2;
+	}
+	p[n++] = nlist;
+	return n;
+}
+
+struct calrun {
+	const struct tq_index *ix;
+	const float *qv;
+	size_t m;
+	const uint64_t *self;		/* m ids, or NULL */
+	const uint64_t *truth;		/* m * KMAX ids, best first */
+	const uint32_t *tlen;		/* m: truth ids per query (<= KMAX) */
+	unsigned threads;
+	uint64_t *ids;			/* QBATCH * (KCAND + 1) */
+	float *scores;
+	uint64_t *got;			/* KCAND + 1 (id, position) pairs */
+	uint32_t *rank;			/* KMAX */
+};
+
+/* Queries searched at a time, and the most candidates a setting takes. */
+#define QBATCH 256u
+#define KCAND 200u
+/* Candidates a search without re-rank refines: REFINE k (search.c). */
+#define REFINE 4u
+
+/* The candidates of a search of k at oversample o (search.c). */
+static uint32_t
+cands(uint32_t k, float o)
+{
+	return o > 1.0f ? (uint32_t)ceil((double)k * o) : k;
+}
+
+/*
+ * One probes value: every (k, oversample) of the grid from one search
+ * without re-rank of the most candidates any setting takes, K = k_max *
+ * o_max but at most KCAND (plus the query's own row; settings that
+ * would take more are left unmeasured).  Its results are ranked by the
+ * estimate with float tables; a re-rank of k * o candidates returns, of
+ * the true k nearest, exactly those among its candidates (they beat
+ * every other candidate), so its recall@k is that of the first k * o
+ * results here, and that of a search without re-rank the first k.  The
+ * search ranks its candidates by the scan's rounded tables first, so
+ * the two can differ at the margin; tq(5) CALB.  Entries go to ent[ki *
+ * np * no + oi] (the caller's offset for the probes value); *best is the
+ * lowest over k of the best recall over oversample.
+ */
+static enum tq_status
+measure(struct calrun *c, const uint32_t *ks, uint32_t nk, uint32_t probes,
+    uint8_t *ent, size_t kstride, double *best)
+{
+	struct tq_search_params sp;
+	struct tq_search_stats st;
+	uint32_t kmax = ks[nk - 1], K, ki, oi, n, j, t, h;
+	double s[NK][NOVER], s2[NK][NOVER], m = (double)c->m, rows = 0;
+	int self = c->self != NULL;
+
+	memset(s, 0, sizeof(s));
+	memset(s2, 0, sizeof(s2));
+	K = cands(kmax, grid_over[NOVER - 1]);
+	K = (K > KCAND ? KCAND : K) + self;
+	if ((uint64_t)K > c->ix->live)
+		K = (uint32_t)c->ix->live;
+	tq_search_params_default(&sp);
+	sp.k = K;
+	sp.oversample = 1;
+	sp.probes = probes;
+	sp.threads = c->threads;
+	sp.stats = &st;
+	for (size_t q0 = 0; q0 < c->m; q0 += QBATCH) {
+		size_t nb = c->m - q0 < QBATCH ? c->m - q0 : QBATCH;
+
+		TQ_TRY(tq_search(c->ix, c->qv + q0 * c->ix->q->dim, nb, &sp,
+		    c->ids, c->scores));
+		rows += (double)st.rows_scanned;
+		for (size_t i = 0; i < nb; i++) {
+			const uint64_t *r = c->ids + i * K;
+			const uint64_t *tr = c->truth + (q0 + i) * KMAX;
+
+			/*
+			 * The results that are not the query's own row, by
+			 * id with their rank, and the rank of each true
+			 * neighbour among them (UINT32_MAX: absent).
+			 */
+			for (n = 0, j = 0; j < K; j++)
+				if (r[j] != UINT64_MAX && (!self ||
+				    r[j] != c->self[q0 + i])) {
+					c->got[2 * n] = r[j];
+					c->got[2 * n + 1] = n;
+					n++;
+				}
+			qsort(c->got, n, 2 * sizeof(*c->got), cmp_u64);
+			for (t = 0; t < c->tlen[q0 + i]; t++) {
+				const uint64_t *f = bsearch(&tr[t], c->got, n,
+				    2 * sizeof(*c->got), cmp_u64);
+
+				c->rank[t] = f == NULL ? UINT32_MAX :
+				    (uint32_t)f[1];
+			}
+			for (ki = 0; ki < nk; ki++) {
+				uint32_t k = ks[ki], want = c->tlen[q0 + i];
+
+				if (want > k)
+					want = k;
+				for (oi = 0; oi < NOVER; oi++) {
+					uint32_t cn = cands(k, grid_over[oi]);
+					double rec;
+
+					for (h = 0, t = 0; t < want; t++)
+						h += c->rank[t] < cn;
+					rec = want == 0 ? 1.0 :
+					    (double)h / want;
+					s[ki][oi] += rec;
+					s2[ki][oi] += rec * rec;
+				}
+			}
+		}
+	}
+	*best = 1.0;
+	for (ki = 0; ki < nk; ki++) {
+		double b = 0;
+
+		for (oi = 0; oi < NOVER; oi++) {
+			uint8_t *e = ent + ki * kstride + TQ_CALB_ENTRY * oi;
+			double mean = s[ki][oi] / m, var = m > 1 ?
+			    (s2[ki][oi] - s[ki][oi] * s[ki][oi] / m) /
+			    (m - 1) : 0;
+			float o = grid_over[oi];
+
+			/* More candidates than were asked for: not measured. */
+			if (cands(ks[ki], o) > K - self)
+				continue;
+			wr_lef32(e, (float)(mean > 1 ? 1 : mean));
+			wr_lef32(e + 4, (float)(var > 0 ? sqrt(var / m) : 0));
+			wr_lef32(e + 8, (float)(rows / m));
+			wr_lef32(e + 12, o > 1.0f ? 0.0f :
+			    (float)(REFINE * ks[ki]));
+			wr_lef32(e + 16, o > 1.0f ? (float)cands(ks[ki], o) :
+			    0.0f);
+			wr_le32(e + 20, 1);
+			if (mean > b)
+				b = mean;
+		}
+		if (b < *best)
+			*best = b;
+	}
+	return TQ_OK;
+}
+
+/*
+ * Exact neighbours: the best KMAX distinct ids other than the query's
+ * own, of the live rows' originals; stored sorted by id for the
+ * intersections (only the set matters).
+ */
+static enum tq_status
+truth_of(struct calrun *c, uint32_t kt, uint64_t *truth, uint32_t *tlen)
+{
+	const struct tq_index *ix = c->ix;
+	uint32_t cop = ix->dups > 1 ? ix->dups : 1, kx, j, n;
+	struct rowsrc src = { ix, 0, 0, NULL, NULL, NULL };
+	uint64_t *ids;
+	float *sc;
+	enum tq_status rc;
+
+	kx = (kt + 1) * cop;
+	if ((uint64_t)kx > ix->n)
+		kx = (uint32_t)ix->n;
+	ids = tq_mallocarray(c->m * (size_t)kx, sizeof(*ids));
+	sc = tq_mallocarray(c->m * (size_t)kx, sizeof(*sc));
+	if (ids == NULL || sc == NULL) {
+		free(ids);
+		free(sc);
+		return tq_fail(TQ_ERR_NOMEM, "out of memory");
+	}
+	rc = tq_exact_source(rows_next, &src, ix->q->metric, c->qv, c->m,
+	    ix->q->dim, kx, c->threads, ids, sc);
+	for (size_t i = 0; rc == TQ_OK && i < c->m; i++) {
+		uint64_t *t = truth + i * KMAX;
+
+		for (n = 0, j = 0; j < kx && n < kt; j++) {
+			uint64_t id;
+			uint32_t u;
+
+			if (ids[i * kx + j] == UINT64_MAX)
+				break;
+			id = tq_index_id(ix, ids[i * kx + j]);
+			if (c->self != NULL && id == c->self[i])
+				continue;
+			for (u = 0; u < n && t[u] != id; u++)
+				;
+			if (u == n)
+				t[n++] = id;
+		}
+		tlen[i] = n;
+	}
+	free(ids);
+	free(sc);
+	return rc;
+}
+
+enum tq_status
+tq_calib_compute(const struct tq_index *ix, const struct tq_calib_params *cp,
+    uint8_t **buf, size_t *len)
+{
+	struct calrun c;
+	uint32_t probes[TQ_CALB_MAXP], np, nk = 0, ks[NK], ki, pi, oi, m;
+	uint32_t dim = ix->q->dim, kt;
+	int sat;
+	uint64_t *rows = NULL, *self = NULL, *truth = NULL;
+	uint32_t *tlen = NULL;
+	float *qv = NULL;
+	uint8_t *out = NULL;
+	size_t L;
+	enum tq_status rc = TQ_OK;
+
+	*buf = NULL;
+	*len = 0;
+	if (ix->originals == TQ_ORIG_NONE)
+		return tq_fail(TQ_ERR_NOORIG, "calibration needs the "
+		    "originals, and the index has none");
+	memset(&c, 0, sizeof(c));
+	if (cp->queries != NULL) {
+		if (cp->nq == 0)
+			return tq_fail(TQ_ERR_EMPTY, "no calibration queries");
+		if (cp->nq > TQ_CALIB_MAX_QUERIES)
+			return tq_fail(TQ_ERR_ARG, "%zu calibration queries, "
+			    "at most %u", cp->nq, TQ_CALIB_MAX_QUERIES);
+		m = (uint32_t)cp->nq;
+	} else {
+		if (ix->live < TQ_CALIB_MIN_ROWS)
+			return tq_fail(TQ_ERR_EMPTY, "%llu live rows, too few "
+			    "to calibrate from (at least %u)",
+			    (unsigned long long)ix->live, TQ_CALIB_MIN_ROWS);
+		m = cp->sample ? cp->sample : TQ_CALIB_SAMPLE;
+		if (m > TQ_CALIB_MAX_SAMPLE)
+			m = TQ_CALIB_MAX_SAMPLE;
+		if ((uint64_t)m > ix->live / 4)
+			m = (uint32_t)(ix->live / 4);
+	}
+	/* k up to the rows a query can be given (its own left out). */
+	for (size_t i = 0; i < NK; i++)
+		if (grid_k[i] + (cp->queries == NULL) <= ix->live)
+			ks[nk++] = grid_k[i];
+	kt = ks[nk - 1];
+	np = probes_grid(ix->nlist, probes);
+	L = calb_length(nk, np, NOVER);
+	qv = tq_mallocarray((size_t)m * dim, sizeof(*qv));
+	truth = tq_callocarray((size_t)m * KMAX, sizeof(*truth));
+	tlen = tq_callocarray(m, sizeof(*tlen));
+	c.ids = tq_mallocarray((size_t)QBATCH * (KCAND + 1), sizeof(*c.ids));
+	c.scores = tq_mallocarray((size_t)QBATCH * (KCAND + 1),
+	    sizeof(*c.scores));
+	c.got = tq_mallocarray(2 * (KCAND + 1), sizeof(*c.got));
+	c.rank = tq_mallocarray(KMAX, sizeof(*c.rank));
+	out = tq_callocarray(L, 1);
+	if (qv == NULL || truth == NULL || tlen == NULL || c.ids == NULL ||
+	    c.scores == NULL || c.got == NULL || c.rank == NULL ||
+	    out == NULL) {
+		rc = tq_fail(TQ_ERR_NOMEM, "out of memory");
+		goto done;
+	}
+	if (cp->queries != NULL) {
+		memcpy(qv, cp->queries, (size_t)m * dim * sizeof(*qv));
+	} else {
+		rows = tq_mallocarray(m, sizeof(*rows));
+		self = tq_mallocarray(m, sizeof(*self));
+		if (rows == NULL || self == NULL) {
+			rc = tq_fail(TQ_ERR_NOMEM, "out of memory");
+			goto done;
+		}
+		if ((rc = sample_rows(ix, m, cp->seed, rows)) != TQ_OK)
+			goto done;
+		for (uint32_t i = 0; i < m; i++) {
+			row_vector(ix, rows[i], qv + (size_t)i * dim);
+			self[i] = tq_index_id(ix, rows[i]);
+		}
+	}
+	c.ix = ix;
+	c.qv = qv;
+	c.m = m;
+	c.self = self;
+	c.threads = cp->threads;
+	if ((rc = truth_of(&c, kt, truth, tlen)) != TQ_OK)
+		goto done;
+	c.truth = truth;
+	c.tlen = tlen;
+
+	wr_le32(out, 1);
+	wr_le32(out + 4, cp->queries != NULL ? 2 : 1);
+	wr_le64(out + 8, ix->live);
+	wr_le64(out + 16, cp->queries != NULL ? 0 : cp->seed);
+	wr_le32(out + 24, m);
+	wr_le32(out + 28, nk);
+	wr_le32(out + 32, np);
+	wr_le32(out + 36, (uint32_t)NOVER);
+	for (ki = 0; ki < nk; ki++)
+		wr_le32(out + TQ_CALB_HEADER + 4 * ki, ks[ki]);
+	for (pi = 0; pi < np; pi++)
+		wr_le32(out + TQ_CALB_HEADER + 4 * (nk + pi), probes[pi]);
+	for (oi = 0; oi < NOVER; oi++)
+		wr_lef32(out + TQ_CALB_HEADER + 4 * (nk + np + oi),
+		    grid_over[oi]);
+	/*
+	 * The probes stop after two values whose every k reached a mean
+	 * recall of SATURATED: more lists would cost more for less.
+	 */
+	for (pi = 0, sat = 0; pi < np && sat < 2; pi++) {
+		double best;
+
+		if ((rc = measure(&c, ks, nk, probes[pi], out +
+		    TQ_CALB_HEADER + 4 * (nk + np + NOVER) + TQ_CALB_ENTRY *
+		    (size_t)pi * NOVER, TQ_CALB_ENTRY * (size_t)np * NOVER,
+		    &best)) != TQ_OK)
+			goto done;
+		sat = best >= SATURATED ? sat + 1 : 0;
+	}
+	*buf = out;
+	*len = L;
+	out = NULL;
+done:
+	free(out);
+	free(rows);
+	free(self);
+	free(truth);
+	free(tlen);
+	free(qv);
+	free(c.ids);
+	free(c.scores);
+	free(c.got);
+	free(c.rank);
+	return rc;
+}

@@ -1,0 +1,382 @@
+/*
+ * test_calib.c - the calibration for a recall target (tq(5) CALB): what
+ * tq_index_calibrate measures and stores, the choice of
+ * tq_index_recall_choose against every measured entry, staleness, the
+ * same bytes at any thread count, and hostile sections refused on open.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "unit.h"
+
+#define DIM 16
+#define N 800
+
+static float data[(N + 200) * DIM];
+
+/* unit_path, but kept: one buffer per name (unit_path reuses four). */
+static const char *
+fpath(const char *name)
+{
+	static char buf[32][4096];
+	static char names[32][32];
+	static int n;
+
+	for (int i = 0; i < n; i++)
+		if (strcmp(names[i], name) == 0)
+			return buf[i];
+	snprintf(names[n], sizeof(names[0]), "%s", name);
+	snprintf(buf[n], sizeof(buf[0]), "%s", unit_path(name));
+	return buf[n++];
+}
+
+/* Clustered rows from a fixed generator. */
+static void
+make_data(void)
+{
+	uint64_t g = 12345;
+	float ctr[8][DIM];
+
+	for (int c = 0; c < 8; c++)
+		for (int d = 0; d < DIM; d++)
+			ctr[c][d] = (float)tq_rand_below(&g, 1000) / 100.0f;
+	for (int i = 0; i < N + 200; i++)
+		for (int d = 0; d < DIM; d++)
+			data[i * DIM + d] = ctr[i % 8][d] +
+			    ((float)tq_rand_below(&g, 2001) - 1000.0f) / 400.0f;
+}
+
+static void
+write_fixture(const char *path, const float *x, size_t n)
+{
+	FILE *fp = fopen(path, "wb");
+	uint8_t h[8];
+
+	wr_le32(h, DIM);
+	wr_le32(h + 4, (uint32_t)n);
+	fwrite(h, 1, 8, fp);
+	fwrite(x, sizeof(float), n * DIM, fp);
+	fclose(fp);
+}
+
+static void
+build(const char *path, uint32_t lists, enum tq_originals o)
+{
+	struct tq_fit_params fp;
+	struct tq_build_params bp;
+	struct tq_quantizer *q = NULL;
+	struct tq_reader *r;
+
+	write_fixture(fpath("c.bin"), data, N);
+	CHECK_OK(tq_reader_open(fpath("c.bin"), NULL, &r));
+	tq_fit_params_default(&fp);
+	fp.bits = 2;
+	fp.lists = lists;
+	CHECK_OK(tq_quantizer_fit(&fp, r, &q));
+	tq_reader_close(r);
+	CHECK_OK(tq_reader_open(fpath("c.bin"), NULL, &r));
+	tq_build_params_default(&bp);
+	bp.originals = o;
+	CHECK_OK(tq_build(q, r, NULL, &bp, path));
+	tq_reader_close(r);
+	tq_quantizer_free(q);
+}
+
+/* The CALB payload of a file (malloc'd), its offset and length. */
+static uint8_t *
+read_calb(const char *path, uint64_t *off, uint64_t *len)
+{
+	struct tq_file_info fi;
+	uint8_t *b = NULL;
+	FILE *fp;
+
+	*len = 0;
+	CHECK_OK(tq_file_info(path, &fi));
+	for (uint32_t i = 0; i < fi.nsections && i < 32; i++)
+		if (strcmp(fi.sections[i].tag, "CALB") == 0) {
+			*off = fi.sections[i].offset;
+			*len = fi.sections[i].length;
+		}
+	if (*len == 0)
+		return NULL;
+	b = malloc(*len);
+	fp = fopen(path, "rb");
+	fseek(fp, (long)*off, SEEK_SET);
+	CHECK(fread(b, 1, *len, fp) == *len);
+	fclose(fp);
+	return b;
+}
+
+/* Every measured entry: the choice is the cheapest that reaches. */
+static void
+check_choices(const char *path)
+{
+	struct tq_index *ix;
+	struct tq_recall_choice ch, prev;
+	uint64_t off, len;
+	uint8_t *b = read_calb(path, &off, &len);
+	static const double targets[] = { 0.3, 0.6, 0.8, 0.9, 0.95, 0.99, 1 };
+	uint32_t nk, np, no;
+	double cb;
+
+	CHECK(b != NULL);
+	if (b == NULL)
+		return;
+	CHECK_OK(tq_index_open(path, &ix));
+	nk = rd_le32(b + 28);
+	np = rd_le32(b + 32);
+	no = rd_le32(b + 36);
+	CHECK(len == 64 + 4 * (nk + np + no) + 24 * (size_t)nk * np * no);
+	cb = (double)tq_code_bytes(tq_index_quantizer(ix));
+	memset(&prev, 0, sizeof(prev));
+	for (size_t t = 0; t < sizeof(targets) / sizeof(targets[0]); t++) {
+		int found = 0, any = 0;
+
+		CHECK_OK(tq_index_recall_choose(ix, 10, targets[t], &ch));
+		CHECK(ch.k == 10);
+		for (uint32_t pi = 0; pi < np; pi++)
+			for (uint32_t oi = 0; oi < no; oi++) {
+				const uint8_t *e = b + 64 + 4 * (nk + np + no) +
+				    24 * ((1 * (size_t)np + pi) * no + oi);
+				double r = rd_lef32(e), se = rd_lef32(e + 4);
+				double cost = rd_lef32(e + 8) * cb +
+				    rd_lef32(e + 12) * TQ_RECALL_WREFINE * DIM +
+				    rd_lef32(e + 16) * TQ_RECALL_WORIG * DIM;
+				int ok = r - TQ_RECALL_Z * se >= targets[t] -
+				    TQ_RECALL_SLACK - 1e-12;
+
+				if (rd_le32(e + 20) == 0)
+					continue;
+				if (ok) {
+					any = 1;
+					/* None reaching is cheaper. */
+					CHECK(cost >= ch.cost - 1e-6);
+				}
+				if (rd_le32(b + 64 + 4 * (nk + pi)) ==
+				    ch.probes && rd_lef32(b + 64 + 4 * (nk +
+				    np + oi)) == ch.oversample) {
+					found = 1;
+					CHECK(ok == ch.reached);
+					CHECK(fabs(cost - ch.cost) < 1e-6);
+					CHECK(fabs(r - ch.recall) < 1e-6);
+				}
+			}
+		CHECK(found);
+		CHECK(any == ch.reached);
+		/* A higher target never costs less while both are reached. */
+		if (t > 0 && prev.reached && ch.reached)
+			CHECK(ch.cost >= prev.cost);
+		prev = ch;
+	}
+	/* k 5 uses the figures of k 10, k 1000 those of k 100. */
+	CHECK_OK(tq_index_recall_choose(ix, 5, 0.9, &ch));
+	CHECK(ch.k == 10);
+	CHECK_OK(tq_index_recall_choose(ix, 1000, 0.9, &ch));
+	CHECK(ch.k == 100);
+	CHECK_ST(tq_index_recall_choose(ix, 10, 0, &ch), TQ_ERR_ARG);
+	CHECK_ST(tq_index_recall_choose(ix, 10, 1.01, &ch), TQ_ERR_ARG);
+	tq_index_close(ix);
+	free(b);
+}
+
+static void
+test_flat_and_ivf(void)
+{
+	const char *paths[2] = { fpath("flat.tqi"), fpath("ivf.tqi") };
+	struct tq_calib_info ci;
+	struct tq_index *ix;
+
+	for (int v = 0; v < 2; v++) {
+		build(paths[v], v ? 16 : 0, TQ_ORIG_F32);
+		CHECK_OK(tq_index_open(paths[v], &ix));
+		CHECK_OK(tq_index_calib_info(ix, &ci));
+		CHECK(!ci.present);
+		CHECK_ST(tq_index_recall_choose(ix, 10, 0.9,
+		    &(struct tq_recall_choice){ 0 }), TQ_ERR_EMPTY);
+		tq_index_close(ix);
+		CHECK_OK(tq_index_calibrate(paths[v], NULL, NULL, paths[v]));
+		CHECK_OK(tq_index_open(paths[v], &ix));
+		CHECK_OK(tq_index_calib_info(ix, &ci));
+		CHECK(ci.present && ci.source == 1 && ci.queries == N / 4);
+		CHECK(ci.live == N && ci.nk == 3 && ci.k[0] == 1 &&
+		    ci.k[1] == 10 && ci.k[2] == 100 && !ci.stale);
+		CHECK(ci.nprobes == (v ? 8u : 1u) && ci.measured > 0);
+		tq_index_close(ix);
+		check_choices(paths[v]);
+	}
+}
+
+/* The same bytes at 1 and 2 threads, and with queries given. */
+static void
+test_deterministic(void)
+{
+	struct tq_calib_params cp;
+	struct tq_calib_info ci;
+	struct tq_index *ix;
+	const char *a = fpath("a.tqi"), *b = fpath("b.tqi");
+	uint64_t oa, la, ob, lb;
+	uint8_t *pa, *pb;
+
+	build(a, 16, TQ_ORIG_F16);
+	tq_calib_params_default(&cp);
+	cp.threads = 1;
+	CHECK_OK(tq_index_calibrate(a, &cp, NULL, b));
+	cp.threads = 2;
+	CHECK_OK(tq_index_calibrate(a, &cp, NULL, a));
+	pa = read_calb(a, &oa, &la);
+	pb = read_calb(b, &ob, &lb);
+	CHECK(pa != NULL && pb != NULL && la == lb &&
+	    memcmp(pa, pb, la) == 0);
+	free(pa);
+	free(pb);
+
+	/* Given queries: held out, source 2. */
+	cp.queries = data + N * DIM;
+	cp.nq = 200;
+	cp.dim = DIM;
+	CHECK_OK(tq_index_calibrate(a, &cp, NULL, a));
+	CHECK_OK(tq_index_open(a, &ix));
+	CHECK_OK(tq_index_calib_info(ix, &ci));
+	CHECK(ci.present && ci.source == 2 && ci.queries == 200);
+	tq_index_close(ix);
+	check_choices(a);
+	cp.dim = DIM - 1;
+	CHECK_ST(tq_index_calibrate(a, &cp, NULL, a), TQ_ERR_MISMATCH);
+}
+
+/* Appends past 10% of the live rows make it stale. */
+static void
+test_stale(void)
+{
+	const char *p = fpath("s.tqi");
+	struct tq_build_params bp;
+	struct tq_calib_info ci;
+	struct tq_index *ix;
+	struct tq_reader *r;
+
+	build(p, 0, TQ_ORIG_F32);
+	CHECK_OK(tq_index_calibrate(p, NULL, NULL, p));
+	tq_build_params_default(&bp);
+	write_fixture(fpath("a1.bin"), data + N * DIM, 80);
+	CHECK_OK(tq_reader_open(fpath("a1.bin"), NULL, &r));
+	CHECK_OK(tq_index_append(p, r, NULL, &bp, p));
+	tq_reader_close(r);
+	CHECK_OK(tq_index_open(p, &ix));
+	CHECK_OK(tq_index_calib_info(ix, &ci));
+	CHECK(ci.present && ci.live == N && !ci.stale);	/* 10% */
+	tq_index_close(ix);
+	write_fixture(fpath("a2.bin"), data + (N + 80) * DIM, 1);
+	CHECK_OK(tq_reader_open(fpath("a2.bin"), NULL, &r));
+	CHECK_OK(tq_index_append(p, r, NULL, &bp, p));
+	tq_reader_close(r);
+	CHECK_OK(tq_index_open(p, &ix));
+	CHECK_OK(tq_index_calib_info(ix, &ci));
+	CHECK(ci.present && ci.stale);
+	tq_index_close(ix);
+	/* A recalibration in place: fresh again, at 881 rows. */
+	CHECK_OK(tq_index_calibrate(p, NULL, NULL, p));
+	CHECK_OK(tq_index_open(p, &ix));
+	CHECK_OK(tq_index_calib_info(ix, &ci));
+	CHECK(ci.present && !ci.stale && ci.live == N + 81);
+	tq_index_close(ix);
+}
+
+static void
+test_refused(void)
+{
+	const char *p = fpath("n.tqi");
+
+	build(p, 0, TQ_ORIG_NONE);
+	CHECK_ST(tq_index_calibrate(p, NULL, NULL, p), TQ_ERR_NOORIG);
+	CHECK_DETAIL("calibration needs the originals");
+}
+
+/* A copy of `src` with bytes of its CALB changed, refused on open. */
+static void
+hostile(const char *src, size_t at, const void *bytes, size_t n,
+    const char *detail)
+{
+	const char *p = fpath("h.tqi");
+	struct tq_index *ix;
+	uint64_t off, len;
+	uint8_t *b = read_calb(src, &off, &len), *all;
+	FILE *fp = fopen(src, "rb");
+	long size;
+
+	fseek(fp, 0, SEEK_END);
+	size = ftell(fp);
+	rewind(fp);
+	all = malloc((size_t)size);
+	CHECK(fread(all, 1, (size_t)size, fp) == (size_t)size);
+	fclose(fp);
+	memcpy(all + off + at, bytes, n);
+	fp = fopen(p, "wb");
+	fwrite(all, 1, (size_t)size, fp);
+	fclose(fp);
+	CHECK_ST(tq_index_open(p, &ix), TQ_ERR_FORMAT);
+	CHECK_DETAIL(detail);
+	free(all);
+	free(b);
+}
+
+static void
+test_hostile(void)
+{
+	const char *p = fpath("ivf.tqi");	/* test_flat_and_ivf's */
+	uint8_t v[4];
+	uint64_t off, len;
+	uint8_t *b = read_calb(p, &off, &len);
+	uint32_t nk, np, no;
+
+	CHECK(b != NULL);
+	if (b == NULL)
+		return;
+	nk = rd_le32(b + 28);
+	np = rd_le32(b + 32);
+	no = rd_le32(b + 36);
+	wr_le32(v, 2);
+	hostile(p, 0, v, 4, "section CALB: unknown version");
+	wr_le32(v, 3);
+	hostile(p, 4, v, 4, "section CALB: unknown source");
+	wr_le32(v, 0);
+	hostile(p, 24, v, 4, "section CALB: no queries");
+	wr_le32(v, nk + 1);
+	hostile(p, 28, v, 4, "section CALB: length");
+	wr_le32(v, 9);
+	hostile(p, 28, v, 4, "section CALB: grid size out of range");
+	hostile(p, 40, "\1", 1, "section CALB: reserved bytes");
+	wr_le32(v, 10);
+	hostile(p, 64, v, 4, "section CALB: k not ascending");
+	wr_le32(v, 17);
+	hostile(p, 64 + 4 * (nk + np - 1), v, 4,
+	    "section CALB: probes not ascending within the lists");
+	wr_lef32(v, 0.5f);
+	hostile(p, 64 + 4 * (nk + np), v, 4,
+	    "section CALB: oversample not ascending");
+	wr_lef32(v, 1.5f);
+	hostile(p, 64 + 4 * (nk + np + no), v, 4,
+	    "section CALB: entry out of range");
+	wr_lef32(v, NAN);
+	hostile(p, 64 + 4 * (nk + np + no) + 8, v, 4,
+	    "section CALB: entry out of range");
+	wr_le32(v, 2);
+	hostile(p, 64 + 4 * (nk + np + no) + 20, v, 4,
+	    "section CALB: unknown entry flags");
+	free(b);
+}
+
+int
+main(void)
+{
+	unit_tmpdir();
+	make_data();
+	RUN(test_flat_and_ivf);
+	RUN(test_deterministic);
+	RUN(test_stale);
+	RUN(test_refused);
+	RUN(test_hostile);
+	return unit_done();
+}
