@@ -515,6 +515,7 @@ struct ctx {
 	const float *rq;
 	const float *qc;	/* <q, c> */
 	const float *qn2;	/* |q|^2 */
+	const float *qk;	/* compact factors: <q, c>, l2 -|q - c|^2 */
 	uint64_t *ids;		/* output rows of the chunk's first query */
 	float *scores;
 	uint64_t tile_blocks;	/* blocks per slice of a query tile */
@@ -616,6 +617,20 @@ blk_factors(const struct tq_part *p, uint64_t b)
 	return p->factors + (b - p->block0) * TQ_BLOCK * TQ_NFACTORS;
 }
 
+/* Row r's factor s, which scales its estimate (and its error). */
+static inline float
+row_s(const struct tq_index *ix, uint64_t r)
+{
+	const struct tq_part *p = tq_part_of_row(ix, r);
+	float s, t;
+
+	if (p->fach == NULL)
+		return blk_factors(p, r / TQ_BLOCK)[r % TQ_BLOCK];
+	tq_fach_decode(p->fach + (r / TQ_BLOCK - p->block0) * TQ_FACH_BLOCK,
+	    (unsigned)(r % TQ_BLOCK), &s, &t);
+	return s;
+}
+
 /* The stored original of row r of the row space. */
 static inline const uint8_t *
 row_orig(const struct ctx *c, uint64_t r)
@@ -706,7 +721,7 @@ block_keys(const struct ctx *c, const struct tq_part *p,
     uint32_t off, float thr, float *key, uint32_t *mask, uint32_t *above)
 {
 	struct tq_keypar kp = { t->scale, t->bias, c->qc[i], c->qn2[i],
-	    c->metric == TQ_METRIC_L2, off };
+	    c->metric == TQ_METRIC_L2, off, c->qk[i] };
 	uint64_t row = (blk - p->block0) * TQ_BLOCK;
 	unsigned nj = TQ_BLOCK;
 
@@ -716,7 +731,12 @@ block_keys(const struct ctx *c, const struct tq_part *p,
 	if (nj < TQ_BLOCK)
 		*mask &= (1u << nj) - 1;
 	/* All 32 rows: a short block's padding rows have zero factors. */
-	*above = c->kern->keys(acc, blk_factors(p, blk), &kp, thr, key);
+	if (p->fach != NULL)
+		*above = c->kern->keysh(acc, p->fach + (blk - p->block0) *
+		    TQ_FACH_BLOCK, &kp, thr, key);
+	else
+		*above = c->kern->keys(acc, blk_factors(p, blk), &kp, thr,
+		    key);
 	return nj;
 }
 
@@ -937,10 +957,21 @@ dequantize(const struct ctx *c, struct worker *w, uint64_t r, float *y)
 static float
 refined_key(const struct ctx *c, size_t i, uint64_t r, double dot)
 {
-	const float *fs = blk_factors(tq_part_of_row(c->ix, r), r / TQ_BLOCK);
+	const struct tq_part *p = tq_part_of_row(c->ix, r);
 	unsigned j = (unsigned)(r % TQ_BLOCK);
+	const float *fs;
 	double ip;
 
+	if (p->fach != NULL) {
+		float s, t;
+
+		tq_fach_decode(p->fach + (r / TQ_BLOCK - p->block0) *
+		    TQ_FACH_BLOCK, j, &s, &t);
+		return (float)((double)c->qk[i] + (double)s *
+		    ((c->metric == TQ_METRIC_L2 ? 2.0 : 1.0) * dot +
+		    (double)t));
+	}
+	fs = blk_factors(p, r / TQ_BLOCK);
 	ip = (double)fs[j] * dot + (double)fs[TQ_BLOCK + j] + (double)c->qc[i];
 	if (c->metric == TQ_METRIC_L2)
 		return (float)-((double)c->qn2[i] - 2.0 * ip +
@@ -1143,8 +1174,7 @@ finish_auto(struct worker *w, size_t i, const struct tq_topk *cand)
 	tq_topk_reset(&w->fin);
 	for (t = 0; t < n; t++) {
 		uint64_t r = cand->id[t];
-		float s = fabsf(blk_factors(tq_part_of_row(c->ix, r),
-		    r / TQ_BLOCK)[r % TQ_BLOCK]);
+		float s = fabsf(row_s(c->ix, r));
 
 		/* h, and the float rounding of the keys. */
 		ac[t].h = qh * s * row_rho(c, r) + 1e-5f * (fabsf(
@@ -1362,7 +1392,6 @@ range_collect(struct worker *w, const struct tq_lut *t, size_t i,
 	for (b = b0; (nb = next_run(c, sg->p, &b, b1)) > 0; b += nb) {
 		scan_one(c, sg->p, t, b, nb, w->acc);
 		for (size_t bi = 0; bi < nb; bi++) {
-			const float *fs = blk_factors(sg->p, b + bi);
 			uint64_t row = (b + bi) * TQ_BLOCK;
 			uint32_t mask, above;
 			float key[TQ_BLOCK];
@@ -1373,7 +1402,8 @@ range_collect(struct worker *w, const struct tq_lut *t, size_t i,
 			mask &= row_window(b + bi, sg->r0, sg->r1);
 			w->st.rows_scanned += (unsigned)__builtin_popcount(mask);
 			for (j = 0; j < nj; j++) {
-				float m = fabsf(fs[j]) * margin_q;
+				float m = fabsf(row_s(c->ix, row + j)) *
+				    margin_q;
 
 				if ((mask >> j & 1) == 0)
 					continue;
@@ -1630,7 +1660,7 @@ check_queries(const float *queries, size_t nq, uint32_t dim)
 struct scratch {
 	struct worker *w;
 	unsigned nw;
-	float *qv, *rq, *qc, *qn2;
+	float *qv, *rq, *qc, *qn2, *qk;
 	float *qh;		/* auto re-rank: see struct ctx */
 	float *qerr;
 	uint32_t *probe;	/* chunk * probes */
@@ -1663,6 +1693,7 @@ scratch_free(struct scratch *s)
 	free(s->rq);
 	free(s->qc);
 	free(s->qn2);
+	free(s->qk);
 	free(s->qh);
 	free(s->qerr);
 	free(s->probe);
@@ -1752,6 +1783,7 @@ scratch_alloc(struct scratch *s, const struct tq_quantizer *q, unsigned nw,
 	s->rq = tq_mallocarray(chunk * q->dim, sizeof(*s->rq));
 	s->qc = tq_mallocarray(chunk, sizeof(*s->qc));
 	s->qn2 = tq_mallocarray(chunk, sizeof(*s->qn2));
+	s->qk = tq_mallocarray(chunk, sizeof(*s->qk));
 	s->qh = tq_mallocarray(chunk, sizeof(*s->qh));
 	s->qerr = tq_mallocarray(chunk, sizeof(*s->qerr));
 	if (s->qh == NULL || s->qerr == NULL)
@@ -1762,7 +1794,7 @@ scratch_alloc(struct scratch *s, const struct tq_quantizer *q, unsigned nw,
 	if (probes > 0)
 		s->probe = tq_mallocarray(chunk, probes * sizeof(*s->probe));
 	if (s->rq == NULL || s->qc == NULL || s->qn2 == NULL ||
-	    (cosine && s->qv == NULL) || s->segs == NULL ||
+	    s->qk == NULL || (cosine && s->qv == NULL) || s->segs == NULL ||
 	    (probes > 0 && s->probe == NULL))
 		return tq_fail(TQ_ERR_NOMEM, "search: query buffers");
 	return TQ_OK;
@@ -1806,6 +1838,7 @@ prepare(const struct tq_quantizer *q, const float *qv, size_t m,
 		 * little over for the rounding; the bound's per-query part.
 		 */
 		qq = (cosine ? (n2 > 0.0 ? 1.0 : 0.0) : n2) - 2.0 * qc + cc;
+		s->qk[i] = q->metric == TQ_METRIC_L2 ? (float)-qq : (float)qc;
 		s->qh[i] = (float)(TQ_AUTO_Z * sqrt(qq > 0.0 ? qq : 0.0) *
 		    (1.0 + 1e-6) / sqrt(dim > 1 ? (double)dim - 1.0 : 1.0) *
 		    (q->metric == TQ_METRIC_L2 ? 2.0 : 1.0));
@@ -2059,6 +2092,7 @@ tq_search(const struct tq_index *ix, const float *queries, size_t nq,
 	c.rq = s.rq;
 	c.qc = s.qc;
 	c.qn2 = s.qn2;
+	c.qk = s.qk;
 	c.qtile = query_tile(q);
 	c.tile_blocks = TILE_BYTES / ix->block_bytes;
 	if (c.tile_blocks < 1)
@@ -2197,6 +2231,7 @@ tq_search_range(const struct tq_index *ix, const float *queries, size_t nq,
 	c.rq = s.rq;
 	c.qc = s.qc;
 	c.qn2 = s.qn2;
+	c.qk = s.qk;
 	c.allow = p->allow != NULL ? p->allow->words : NULL;
 	c.masked = c.allow != NULL || ix->live < ix->n;
 	c.range = 1;

@@ -181,3 +181,31 @@ tq_scand_scalar(const uint8_t *blocks, size_t nblocks, size_t block_bytes,
 		}
 	}
 }
+
+/*
+ * The keys from a compact factor block (internal.h, tq_keysh_fn): the
+ * f16 s and t of each row widened exactly and scaled by the row's power
+ * of two, then one expression for every metric.
+ */
+uint32_t
+tq_keysh_scalar(const uint32_t *acc, const uint8_t *fh,
+    const struct tq_keypar *p, float thr, float *key)
+{
+	float scale = p->scale, bias = p->bias, qk = p->qk;
+	uint32_t m = 0, off = p->off;
+	unsigned j;
+
+	for (j = 0; j < TQ_BLOCK; j++) {
+		float e = tq_fach_pow2((int8_t)fh[4 * TQ_BLOCK + j]);
+		float s = tq_f16_to_f32(rd_le16(fh + 2 * j)) * e;
+		float t = tq_f16_to_f32(rd_le16(fh + 2 * TQ_BLOCK + 2 * j)) * e;
+		float d = scale * (float)(int32_t)(acc[j] + off) + bias;
+
+		if (p->l2)
+			d = d + d;
+		key[j] = qk + s * (d + t);
+	}
+	for (j = 0; j < TQ_BLOCK; j++)
+		m |= (uint32_t)(key[j] >= thr) << j;
+	return m;
+}
