@@ -1582,8 +1582,11 @@ part_bind(struct tq_index *ix, uint32_t part, struct tq_part *p)
 		    hlen != want)
 			return tq_fail(TQ_ERR_FORMAT, "section FACH: wrong "
 			    "length");
-	} else if (fp == NULL || ck_mul64(p->nblocks, TQ_BLOCK *
-	    TQ_NFACTORS * 4, &want) || len != want)
+	} else if (fp == NULL) {
+		return tq_fail(TQ_ERR_FORMAT, "segment %u: no FACT or FACH",
+		    seg);
+	} else if (ck_mul64(p->nblocks, TQ_BLOCK * TQ_NFACTORS * 4, &want) ||
+	    len != want)
 		return tq_fail(TQ_ERR_FORMAT, "section FACT: missing or "
 		    "wrong length");
 	p->factors = (const float *)(const void *)fp;
