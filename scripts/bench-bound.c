@@ -118,7 +118,7 @@ main(int argc, char **argv)
 	codes = malloc(dim);
 	rows = malloc(sizeof(*rows) * ix->n);
 	for (size_t i = 0; i < nq; i++) {
-		double qc2 = 0, qc = 0, mean = 0, var = 0;
+		double qc2 = 0, qc = 0, qn2 = 0, mean = 0, var = 0;
 
 		memcpy(qv, qs + i * dim, sizeof(float) * dim);
 		if (q->metric == TQ_METRIC_COSINE)
@@ -129,17 +129,20 @@ main(int argc, char **argv)
 
 			qc2 += e * e;
 			qc += (double)qv[d] * q->centre[d];
+			qn2 += (double)qv[d] * qv[d];
 		}
 		nrows = 0;
 		for (uint32_t s = 0; s < ix->nparts; s++) {
 			const struct tq_part *p = &ix->parts[s];
 
 			for (uint64_t r = 0; r < p->n; r++) {
-				const float *fs = p->factors + r / TQ_BLOCK *
-				    TQ_BLOCK * TQ_NFACTORS + r % TQ_BLOCK;
+				/* FACH rows: s, t (tq(5)); FACT: s, b'. */
+				const float *fs = p->factors == NULL ? NULL :
+				    p->factors + r / TQ_BLOCK * TQ_BLOCK *
+				    TQ_NFACTORS + r % TQ_BLOCK;
 				const uint8_t *o = p->orig + r * dim * 4;
-				double dot = 0, ex = 0, sv = fs[0], rho;
-				float rv = INFINITY;
+				double dot = 0, ex = 0, x2 = 0, sv, rho;
+				float rv = INFINITY, hs = 0, ht = 0;
 
 				if (tq_part_dead(p, r))
 					continue;
@@ -150,13 +153,31 @@ main(int argc, char **argv)
 					dot += (double)rq[d] *
 					    q->centroids[codes[d]];
 					ex += (double)qv[d] * rd_lef32(o + 4 * d);
+					x2 += (double)rd_lef32(o + 4 * d) *
+					    rd_lef32(o + 4 * d);
 				}
+				if (fs == NULL)
+					tq_fach_decode(p->fach + r / TQ_BLOCK *
+					    TQ_FACH_BLOCK, (unsigned)(r %
+					    TQ_BLOCK), &hs, &ht);
+				sv = fs != NULL ? fs[0] : hs;
 				if (p->wdth != NULL)
 					rv = tq_f16_to_f32(rd_le16(p->wdth +
 					    2 * r));
 				rho = isfinite(rv) && rv >= 0 ? rv : rg;
 				unknown += !(isfinite(rv) && rv >= 0);
-				rows[nrows].est = sv * dot + fs[TQ_BLOCK] + qc;
+				/*
+				 * FACH l2 keys estimate |q - x|^2; the <q, x>
+				 * they imply, with the true |x|^2.
+				 */
+				if (fs != NULL)
+					rows[nrows].est = sv * dot +
+					    fs[TQ_BLOCK] + qc;
+				else if (q->metric == TQ_METRIC_L2)
+					rows[nrows].est = (qn2 + x2 - (qc2 -
+					    sv * (2 * dot + ht))) / 2;
+				else
+					rows[nrows].est = qc + sv * (dot + ht);
 				rows[nrows].err = ex - rows[nrows].est;
 				rows[nrows].h = sqrt(qc2) * fabs(sv) * rho /
 				    sqrt(dim > 1 ? dim - 1.0 : 1.0);
