@@ -10,18 +10,18 @@
 static const char usage_str[] =
     "tq-build [-q quantizer | [-b bits] [-m metric] [-s seed] [--no-centre]\n"
     "                [--lists n|auto]] [--ids file] [--labels file|auto]\n"
-    "                [--originals f32|f16|none]\n"
+    "                [--originals f32|f16|none] [--factors f16|f32]\n"
     "                [--threads n] [--memory MiB] [--dups m] [--dup-ratio r]\n"
     "                [--calibrate queries | --no-calibrate] [--calibrate-sample n]\n"
     "                [--dataset name] [--shard i/n] [-v] -o index corpus\n"
     "       tq-build --append [--ids file [--replace]] [--labels file|auto]\n"
-    "                [--threads n]\n"
+    "                [--factors f16|f32] [--threads n]\n"
     "                [--memory MiB] [--max-segments n] [--no-wait]\n"
     "                [--dataset name] [-v] [-o output] index corpus\n"
     "       tq-build --delete ids [--no-wait] [-v] [-o output] index\n"
-    "       tq-build --compact [--threads n] [--memory MiB] [--no-wait] [-v]\n"
-    "                [--calibrate queries | --no-calibrate] [--calibrate-sample n]\n"
-    "                [-o output] index\n"
+    "       tq-build --compact [--factors f16|f32] [--threads n] [--memory MiB]\n"
+    "                [--no-wait] [-v] [--calibrate queries | --no-calibrate]\n"
+    "                [--calibrate-sample n] [-o output] index\n"
     "       tq-build --recalibrate [--calibrate queries] [--calibrate-sample n]\n"
     "                [--threads n] [--no-wait] [-v] [-o output] index";
 
@@ -41,6 +41,8 @@ static const char help_str[] =
     "      --memory MiB      IVF: encoded vectors reordered at once (default 256)\n"
     "      --dup-ratio r     copies to lists at most r times as far (default 1.2)\n"
     "      --dups m          IVF: store each vector in up to m lists (default 1)\n"
+    "      --factors f16|f32 per-vector factors: compact (default) or as older\n"
+    "                        tq wrote them\n"
     "      --ids file        external ids, one per corpus row (text or .u64)\n"
     "      --labels file|auto\n"
     "                        keep a label per row: one a line, or the corpus's\n"
@@ -62,7 +64,7 @@ static const char help_str[] =
 
 enum { OPT_APPEND = 256, OPT_CALIBRATE, OPT_CALIBRATE_SAMPLE, OPT_NO_CALIBRATE,
     OPT_RECALIBRATE, OPT_COMPACT, OPT_DATASET, OPT_DELETE, OPT_DUP_RATIO,
-    OPT_DUPS, OPT_IDS, OPT_LABELS, OPT_LISTS, OPT_MAX_SEGMENTS, OPT_MEMORY, OPT_NO_CENTRE,
+    OPT_DUPS, OPT_FACTORS, OPT_IDS, OPT_LABELS, OPT_LISTS, OPT_MAX_SEGMENTS, OPT_MEMORY, OPT_NO_CENTRE,
     OPT_NO_WAIT, OPT_ORIGINALS, OPT_REPLACE, OPT_SHARD, OPT_THREADS };
 
 static const struct option longopts[] = {
@@ -74,6 +76,7 @@ static const struct option longopts[] = {
 	{ "delete",	required_argument,	NULL, OPT_DELETE },
 	{ "dup-ratio",	required_argument,	NULL, OPT_DUP_RATIO },
 	{ "dups",	required_argument,	NULL, OPT_DUPS },
+	{ "factors",	required_argument,	NULL, OPT_FACTORS },
 	{ "help",	no_argument,		NULL, 'h' },
 	{ "ids",	required_argument,	NULL, OPT_IDS },
 	{ "labels",	required_argument,	NULL, OPT_LABELS },
@@ -510,6 +513,15 @@ main(int argc, char *argv[])
 			bp.dups = parse_u32(optarg, 1, TQ_MAX_LISTS, "dups");
 			dupopt = 1;
 			break;
+		case OPT_FACTORS:
+			if (strcmp(optarg, "f16") == 0)
+				bp.factors = TQ_FACTORS_F16;
+			else if (strcmp(optarg, "f32") == 0)
+				bp.factors = TQ_FACTORS_F32;
+			else
+				usage_error("factors '%s' is not one of f16, "
+				    "f32", optarg);
+			break;
 		case OPT_IDS:
 			idspath = optarg;
 			break;
@@ -608,6 +620,9 @@ main(int argc, char *argv[])
 			    mode == OPT_DELETE ? "delete" : "compact");
 		if (mode != OPT_APPEND && idspath != NULL)
 			usage_error("--ids goes with --append");
+		if (mode == OPT_DELETE && bp.factors != TQ_FACTORS_DEFAULT)
+			usage_error("--factors goes with a build, --append or "
+			    "--compact");
 		if (mode != OPT_APPEND && labpath != NULL)
 			usage_error("--labels goes with a build or --append");
 		return mutate(mode, delpath, idspath, labpath, dataset, &bp,

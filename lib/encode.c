@@ -958,3 +958,87 @@ tq_codes_check(const struct tq_quantizer *q,
 	*n = rd_le64(hdr + 32);
 	return TQ_OK;
 }
+
+/* ------------------------------------------------------------------------ */
+/* Compact factors (tq(5) FACH)                                              */
+
+double
+tq_centre_norm2(const struct tq_quantizer *q)
+{
+	double cc = 0.0;
+
+	if (q->centre != NULL)
+		for (uint32_t d = 0; d < q->dim; d++)
+			cc += (double)q->centre[d] * (double)q->centre[d];
+	return cc;
+}
+
+/*
+ * s and t share one exponent E, chosen so that the larger of |s| and |t|
+ * lies in [2^14, 2^15] after scaling by 2^-E: it keeps all 11 bits of
+ * its significand and stays below f16's largest finite value, 65504, for
+ * any E up to 111 (the largest scaled value then times 2^E is below
+ * 2^127).  Both are lengths, so one exponent fits every scale of data
+ * (raw pixels: |x|^2 about 1e7 never appears, its part in the key is
+ * s t).  The rounding of s then changes a key by at most 2^-12 |s dot|,
+ * that of t by at most 2^-11 |s| max(|s|, |t|).
+ */
+void
+tq_fach_canon(float f[3], int l2, double cc)
+{
+	double s = f[0], t, m;
+	int e = 0;
+
+	t = l2 ? (2.0 * f[1] - (double)f[2] + cc) : (double)f[1];
+	t = s != 0.0 ? t / s : 0.0;
+	m = fabs(s) > fabs(t) ? fabs(s) : fabs(t);
+	if (m > 0.0 && isfinite(m)) {
+		e = ilogb(m) - 14;
+		e = e < -126 ? -126 : e > 111 ? 111 : e;
+	}
+	f[0] = tq_f16_to_f32(tq_f32_to_f16((float)ldexp(s, -e)));
+	f[1] = tq_f16_to_f32(tq_f32_to_f16((float)ldexp(t, -e)));
+	f[2] = (float)e;
+}
+
+void
+tq_fach_row(const uint8_t *blk, unsigned j, float f[3])
+{
+	f[0] = tq_f16_to_f32(rd_le16(blk + 2 * j));
+	f[1] = tq_f16_to_f32(rd_le16(blk + 2 * TQ_BLOCK + 2 * j));
+	f[2] = (float)(int8_t)blk[4 * TQ_BLOCK + j];
+}
+
+void
+tq_fach_uncanon(float f[3], int l2, double cc)
+{
+	float e = tq_fach_pow2((int)f[2]);
+	double s = (double)(f[0] * e), st = s * (double)(f[1] * e);
+
+	f[0] = (float)s;
+	f[1] = l2 ? 0.0f : (float)st;
+	f[2] = l2 ? (float)(cc - st) : 0.0f;
+}
+
+void
+tq_fach_pack(const float *fb, size_t nblk, uint8_t *out)
+{
+	for (size_t k = 0; k < nblk; k++, fb += 3 * TQ_BLOCK,
+	    out += TQ_FACH_BLOCK)
+		for (unsigned j = 0; j < TQ_BLOCK; j++) {
+			wr_le16(out + 2 * j, tq_f32_to_f16(fb[j]));
+			wr_le16(out + 2 * TQ_BLOCK + 2 * j,
+			    tq_f32_to_f16(fb[TQ_BLOCK + j]));
+			out[4 * TQ_BLOCK + j] = (uint8_t)(int8_t)fb[2 *
+			    TQ_BLOCK + j];
+		}
+}
+
+void
+tq_fach_decode(const uint8_t *blk, unsigned j, float *s, float *t)
+{
+	float e = tq_fach_pow2((int8_t)blk[4 * TQ_BLOCK + j]);
+
+	*s = tq_f16_to_f32(rd_le16(blk + 2 * j)) * e;
+	*t = tq_f16_to_f32(rd_le16(blk + 2 * TQ_BLOCK + 2 * j)) * e;
+}

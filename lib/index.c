@@ -199,6 +199,14 @@ struct build {
 	uint8_t *blocks;	/* chunk / 32 * block_bytes */
 	float *fblocks;		/* chunk * 3, per block layout */
 	uint8_t *idbuf;		/* chunk * 8 */
+	/*
+	 * Compact factors (FACH): the rows' three floats are in the compact
+	 * form of tq_fach_canon from encoding on, and hbuf holds a chunk's
+	 * FACH bytes.  cc = |c|^2.
+	 */
+	int fach;
+	double cc;
+	uint8_t *hbuf;		/* chunk / 32 * TQ_FACH_BLOCK */
 	uint64_t *idtmp;
 	uint8_t *obuf;		/* chunk * dim * 4 */
 	/* IVF only */
@@ -263,6 +271,7 @@ build_free(struct build *b)
 	free(b->wbuf);
 	free(b->blocks);
 	free(b->fblocks);
+	free(b->hbuf);
 	free(b->idbuf);
 	free(b->idtmp);
 	free(b->obuf);
@@ -306,11 +315,13 @@ build_alloc(struct build *b)
 		return tq_fail(TQ_ERR_NOMEM, "out of memory");
 	b->blocks = tq_mallocarray(b->chunk / TQ_BLOCK, b->block_bytes);
 	b->fblocks = tq_mallocarray(b->chunk, TQ_NFACTORS * sizeof(float));
+	b->hbuf = tq_mallocarray(b->chunk / TQ_BLOCK, TQ_FACH_BLOCK);
+	b->cc = tq_centre_norm2(b->q);
 	b->idbuf = tq_mallocarray(b->chunk, 8);
 	b->idtmp = tq_mallocarray(b->chunk, sizeof(uint64_t));
 	b->obuf = tq_mallocarray(b->chunk, dim * sizeof(float));
 	if (!b->x || !b->codes || !b->factors || !b->blocks || !b->fblocks ||
-	    !b->idbuf || !b->idtmp || !b->obuf)
+	    !b->hbuf || !b->idbuf || !b->idtmp || !b->obuf)
 		return tq_fail(TQ_ERR_NOMEM, "out of memory");
 	b->ivf = b->q->ivf.nlist > 0;
 	if (b->ivf) {
@@ -384,20 +395,73 @@ pack_blocks(struct build *b, size_t rows)
 		wr_le16(b->wbuf + 2 * i, b->rho[i]);
 }
 
+/* The rows' factors from encoding (n rows at f) in the output's form. */
+static void
+canon_rows(const struct build *b, float *f, size_t n)
+{
+	int l2 = b->q->metric == TQ_METRIC_L2;
+
+	for (size_t i = 0; b->fach && i < n; i++)
+		tq_fach_canon(f + i * TQ_NFACTORS, l2, b->cc);
+}
+
+/*
+ * Row r of segment p's factors, in the output's form (tq_fach_canon):
+ * from a compact segment to a compact output, the stored values as they
+ * are, so that a compaction copies them bit for bit.
+ */
+static void
+old_factors(const struct build *b, const struct tq_part *p, uint64_t r,
+    float f[TQ_NFACTORS])
+{
+	unsigned j = (unsigned)(r % TQ_BLOCK);
+	int l2 = b->q->metric == TQ_METRIC_L2;
+
+	if (p->fach != NULL) {
+		tq_fach_row(p->fach + r / TQ_BLOCK * TQ_FACH_BLOCK, j, f);
+		if (!b->fach)
+			tq_fach_uncanon(f, l2, b->cc);
+		return;
+	}
+	for (unsigned k = 0; k < TQ_NFACTORS; k++)
+		f[k] = p->factors[r / TQ_BLOCK * TQ_BLOCK * TQ_NFACTORS +
+		    k * TQ_BLOCK + j];
+	if (b->fach)
+		tq_fach_canon(f, l2, b->cc);
+}
+
+/*
+ * The factors of a chunk of nblk blocks as the output's FACT or FACH
+ * holds them: with make, packs FACH, or makes FACT little-endian in place
+ * (once).
+ */
+static void *
+fact_part(struct build *b, size_t nblk, int make, size_t *len)
+{
+	if (b->fach) {
+		if (make)
+			tq_fach_pack(b->fblocks, nblk, b->hbuf);
+		*len = nblk * TQ_FACH_BLOCK;
+		return b->hbuf;
+	}
+	*len = nblk * TQ_BLOCK * TQ_NFACTORS * sizeof(float);
+	for (size_t i = 0; make && i < *len / sizeof(float); i++)
+		wr_lef32((uint8_t *)&b->fblocks[i], b->fblocks[i]);
+	return b->fblocks;
+}
+
 /*
  * Writes the blocks of `rows` rows (b->blocks, b->fblocks); the factors
- * are made little-endian in place.
+ * are packed or made little-endian in place.
  */
 static enum tq_status
 put_blocks(struct build *b, size_t rows)
 {
-	size_t nblk = (rows + TQ_BLOCK - 1) / TQ_BLOCK;
+	size_t nblk = (rows + TQ_BLOCK - 1) / TQ_BLOCK, len;
+	void *fp = fact_part(b, nblk, 1, &len);
 
-	for (size_t i = 0; i < nblk * TQ_BLOCK * TQ_NFACTORS; i++)
-		wr_lef32((uint8_t *)&b->fblocks[i], b->fblocks[i]);
 	TQ_TRY(tq_fw_put(b->fw, b->s_code, b->blocks, nblk * b->block_bytes));
-	return tq_fw_put(b->fw, b->s_fact, b->fblocks,
-	    nblk * TQ_BLOCK * TQ_NFACTORS * sizeof(float));
+	return tq_fw_put(b->fw, b->s_fact, fp, len);
 }
 
 #if defined(__x86_64__)
@@ -538,6 +602,7 @@ write_chunk(struct build *b, size_t rows, uint64_t row0, unsigned threads)
 
 	TQ_TRY(tq_encode_unpacked_rho(q, b->x, rows, threads, b->codes,
 	    b->factors, b->rho));
+	canon_rows(b, b->factors, rows);
 	if (b->ivf)
 		TQ_TRY(assign_rows(b, b->x, rows, 0));
 
@@ -556,8 +621,13 @@ reserve_rows(struct build *b, uint64_t n, uint64_t nblocks)
 	if (ck_mul64(nblocks, b->block_bytes, &len))
 		return tq_fail(TQ_ERR_OVERFLOW, "index too large");
 	TQ_TRY(tq_fw_reserve(b->fw, TQ_TAG_CODE, len, &b->s_code));
-	TQ_TRY(tq_fw_reserve(b->fw, TQ_TAG_FACT,
-	    nblocks * TQ_BLOCK * TQ_NFACTORS * sizeof(float), &b->s_fact));
+	if (b->fach)
+		TQ_TRY(tq_fw_reserve(b->fw, TQ_TAG_FACH,
+		    nblocks * TQ_FACH_BLOCK, &b->s_fact));
+	else
+		TQ_TRY(tq_fw_reserve(b->fw, TQ_TAG_FACT,
+		    nblocks * TQ_BLOCK * TQ_NFACTORS * sizeof(float),
+		    &b->s_fact));
 	TQ_TRY(tq_fw_reserve(b->fw, TQ_TAG_IDS, n * 8, &b->s_ids));
 	TQ_TRY(tq_fw_reserve(b->fw, TQ_TAG_WDTH, n * 2, &b->s_wdth));
 	if (b->p->originals != TQ_ORIG_NONE) {
@@ -603,15 +673,16 @@ input_done(struct build *b, struct source *src, uint64_t n)
  * or fspool_chunk): their buffers and lengths; returns how many.
  */
 static unsigned
-chunk_parts(struct build *b, size_t rows, void *part[5], size_t len[5])
+chunk_parts(struct build *b, size_t rows, int make, void *part[5],
+    size_t len[5])
 {
 	size_t nblk = (rows + TQ_BLOCK - 1) / TQ_BLOCK;
 	unsigned k = 0;
 
 	part[k] = b->blocks;
 	len[k++] = nblk * b->block_bytes;
-	part[k] = b->fblocks;
-	len[k++] = nblk * TQ_BLOCK * TQ_NFACTORS * sizeof(float);
+	part[k] = fact_part(b, nblk, make, &len[k]);
+	k++;
 	part[k] = b->idbuf;
 	len[k++] = rows * 8;
 	part[k] = b->wbuf;
@@ -630,10 +701,8 @@ fspool_chunk(struct build *b, size_t rows)
 {
 	void *part[5];
 	size_t len[5];
-	unsigned np = chunk_parts(b, rows, part, len);
+	unsigned np = chunk_parts(b, rows, 1, part, len);
 
-	for (size_t i = 0; i < len[1] / sizeof(float); i++)
-		wr_lef32((uint8_t *)&b->fblocks[i], b->fblocks[i]);
 	for (unsigned k = 0; k < np; k++) {
 		TQ_TRY(write_all(b->sfd, "spool", part[k], len[k], b->soff));
 		b->soff += len[k];
@@ -860,14 +929,12 @@ old_row_to_chunk(struct build *b, const struct tq_part *p, uint64_t r,
     size_t at)
 {
 	const struct tq_quantizer *q = b->q;
-	const float *fs = p->factors + r / TQ_BLOCK * TQ_BLOCK * TQ_NFACTORS;
 	unsigned j = (unsigned)(r % TQ_BLOCK);
 	size_t ob = orig_bytes(b);
 
 	tq_unpack_block_row(q, p->codes + r / TQ_BLOCK * b->block_bytes, j,
 	    b->codes + at * q->dim);
-	for (unsigned f = 0; f < TQ_NFACTORS; f++)
-		b->factors[at * TQ_NFACTORS + f] = fs[f * TQ_BLOCK + j];
+	old_factors(b, p, r, b->factors + at * TQ_NFACTORS);
 	/* A segment written before WDTH: unknown. */
 	b->rho[at] = p->wdth != NULL ? rd_le16(p->wdth + 2 * r) : 0x7c00u;
 	memcpy(b->idbuf + 8 * at, p->ids + 8 * r, 8);
@@ -903,15 +970,13 @@ old_rows_to_chunk(struct build *b, const struct tq_part *p, uint64_t r,
 
 	tq_block_copy_rows(b->q, p->codes, r, b->blocks, at, len);
 	for (size_t i = 0; i < len; i++) {
-		uint64_t s = r + i;
 		size_t d = at + i;
-		const float *fs = p->factors + s / TQ_BLOCK * TQ_BLOCK *
-		    TQ_NFACTORS + s % TQ_BLOCK;
 		float *fd = b->fblocks + d / TQ_BLOCK * TQ_BLOCK *
-		    TQ_NFACTORS + d % TQ_BLOCK;
+		    TQ_NFACTORS + d % TQ_BLOCK, f[TQ_NFACTORS];
 
-		for (unsigned f = 0; f < TQ_NFACTORS; f++)
-			fd[f * TQ_BLOCK] = fs[f * TQ_BLOCK];
+		old_factors(b, p, r + i, f);
+		for (unsigned k = 0; k < TQ_NFACTORS; k++)
+			fd[k * TQ_BLOCK] = f[k];
 	}
 	memcpy(b->idbuf + 8 * at, p->ids + 8 * r, 8 * len);
 	if (p->wdth != NULL)
@@ -1334,7 +1399,7 @@ flat_emit(struct build *b, const char *path, uint64_t n)
 		    b->s_orig };
 		void *part[5];
 		size_t len[5];
-		unsigned np = chunk_parts(b, rows, part, len);
+		unsigned np = chunk_parts(b, rows, 0, part, len);
 
 		for (unsigned k = 0; k < np; k++) {
 			TQ_TRY(read_all(b->sfd, "spool", part[k], len[k], off));
@@ -1450,6 +1515,8 @@ tq_build(const struct tq_quantizer *q, struct tq_reader *corpus,
 	}
 	if (p->originals > TQ_ORIG_F16)
 		return tq_fail(TQ_ERR_ARG, "bad originals format");
+	if (p->factors > TQ_FACTORS_F32)
+		return tq_fail(TQ_ERR_ARG, "bad factors format");
 	if (p->dups > 1 && q->ivf.nlist == 0)
 		return tq_fail(TQ_ERR_ARG, "copies in several lists need a "
 		    "quantizer with lists");
@@ -1465,6 +1532,7 @@ tq_build(const struct tq_quantizer *q, struct tq_reader *corpus,
 	b.q = q;
 	b.p = p;
 	b.ids = ids;
+	b.fach = p->factors != TQ_FACTORS_F32;
 	if ((rc = build_alloc(&b)) == TQ_OK &&
 	    (rc = lock_target(path, p, &lfd)) == TQ_OK &&
 	    (rc = ids_load(&b, &sorted)) == TQ_OK &&
@@ -1492,7 +1560,7 @@ part_bind(struct tq_index *ix, uint32_t part, struct tq_part *p)
 {
 	const struct tq_file *f = &ix->file;
 	const uint8_t *fp;
-	uint64_t len, want, w;
+	uint64_t len, hlen = 0, want, w;
 	unsigned seg = part > 0 ? part - 1 : 0;
 
 	p->ids = tq_file_part(f, part, TQ_TAG_IDS, &len);
@@ -1507,8 +1575,20 @@ part_bind(struct tq_index *ix, uint32_t part, struct tq_part *p)
 		return tq_fail(TQ_ERR_FORMAT, "section CODE: missing or "
 		    "wrong length");
 	fp = tq_file_part(f, part, TQ_TAG_FACT, &len);
-	if (fp == NULL || ck_mul64(p->nblocks, TQ_BLOCK * TQ_NFACTORS * 4,
-	    &want) || len != want)
+	p->fach = tq_file_part(f, part, TQ_TAG_FACH, &hlen);
+	if (fp != NULL && p->fach != NULL)
+		return tq_fail(TQ_ERR_FORMAT, "segment %u: both FACT and "
+		    "FACH", seg);
+	if (p->fach != NULL) {
+		if (ck_mul64(p->nblocks, TQ_FACH_BLOCK, &want) ||
+		    hlen != want)
+			return tq_fail(TQ_ERR_FORMAT, "section FACH: wrong "
+			    "length");
+	} else if (fp == NULL) {
+		return tq_fail(TQ_ERR_FORMAT, "segment %u: no FACT or FACH",
+		    seg);
+	} else if (ck_mul64(p->nblocks, TQ_BLOCK * TQ_NFACTORS * 4, &want) ||
+	    len != want)
 		return tq_fail(TQ_ERR_FORMAT, "section FACT: missing or "
 		    "wrong length");
 	p->factors = (const float *)(const void *)fp;
@@ -1835,6 +1915,7 @@ tq_file_info(const char *path, struct tq_file_info *out)
 	struct tq_index *ix;
 	enum tq_status rc;
 	uint64_t wrows = 0;
+	double fbytes = 0.0;
 
 	memset(out, 0, sizeof(*out));
 	TQ_TRY(tq_file_map(path, &f));
@@ -1866,12 +1947,16 @@ tq_file_info(const char *path, struct tq_file_info *out)
 	out->segments = ix->nparts;
 	out->commit = ix->file.seq;
 	out->labels = tq_index_has_labels(ix) ? ix->n : 0;
-	for (uint32_t s = 0; s < ix->nparts; s++)
+	for (uint32_t s = 0; s < ix->nparts; s++) {
 		if (ix->parts[s].wdth != NULL)
 			wrows += ix->parts[s].n;
+		fbytes += (double)ix->parts[s].nblocks *
+		    (ix->parts[s].fach != NULL ? TQ_FACH_BLOCK :
+		    TQ_BLOCK * TQ_NFACTORS * 4.0);
+	}
 	out->bytes_per_vector = ((double)ix->nblocks *
-	    ((double)ix->block_bytes + TQ_BLOCK * TQ_NFACTORS * 4.0) +
-	    2.0 * (double)wrows) / (double)ix->n + 8.0;
+	    (double)ix->block_bytes + fbytes + 2.0 * (double)wrows) /
+	    (double)ix->n + 8.0;
 	out->original_bytes_per_vector = ix->originals == TQ_ORIG_NONE ? 0 :
 	    (double)ix->q->dim * (ix->originals == TQ_ORIG_F32 ? 4 : 2);
 	tq_index_close(ix);
@@ -2106,6 +2191,7 @@ mut_keep(struct mut *m, struct tq_filewriter *fw, int copy)
 		uint32_t tag = TQ_TAG(si.tag[0], si.tag[1], si.tag[2],
 		    si.tag[3]);
 		int seg = tag == TQ_TAG_CODE || tag == TQ_TAG_FACT ||
+		    tag == TQ_TAG_FACH ||
 		    tag == TQ_TAG_IDS || tag == TQ_TAG_ORIG ||
 		    tag == TQ_TAG_LIST || tag == TQ_TAG_TOMB ||
 		    tag == TQ_TAG_LABL || tag == TQ_TAG_WDTH;
@@ -2319,6 +2405,7 @@ append_run(struct build *b, const struct tq_index *ix, struct source *src,
 		TQ_TRY(tq_encode_unpacked_rho(q, b->x + at * dim, got,
 		    threads, b->codes + at * dim,
 		    b->factors + at * TQ_NFACTORS, b->rho + at));
+		canon_rows(b, b->factors + at * TQ_NFACTORS, got);
 		if (b->ivf)
 			TQ_TRY(assign_rows(b, b->x + at * dim, got, at));
 		TQ_TRY(ids_out(b, got, at, row));
@@ -2396,6 +2483,8 @@ tq_index_append(const char *path, struct tq_reader *corpus,
 		tq_build_params_default(&bp);
 	if (bp.replace && (corpus == NULL || ids == NULL))
 		return tq_fail(TQ_ERR_ARG, "replacing rows needs their ids");
+	if (bp.factors > TQ_FACTORS_F32)
+		return tq_fail(TQ_ERR_ARG, "bad factors format");
 	memset(&b, 0, sizeof(b));
 	b.sfd = -1;
 	if ((rc = mut_open(path, out, &bp, corpus == NULL, &m)) != TQ_OK)
@@ -2428,6 +2517,14 @@ tq_index_append(const char *path, struct tq_reader *corpus,
 		maxseg = TQ_MAX_SEGMENTS;
 	onto = m.same && corpus != NULL && ix->file.version >= 2 &&
 	    ix->nparts < maxseg;
+	/*
+	 * A new segment keeps the layout of the last one unless told; a
+	 * rewrite is a fresh build of the rows, compact unless told.
+	 */
+	if (bp.factors != TQ_FACTORS_DEFAULT)
+		b.fach = bp.factors == TQ_FACTORS_F16;
+	else
+		b.fach = !onto || ix->parts[ix->nparts - 1].fach != NULL;
 	if (onto) {
 		rc = append_onto(&b, &m, &src, path);
 	} else if (corpus == NULL || (rc = tq_file_verify(path)) == TQ_OK) {

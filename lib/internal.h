@@ -247,6 +247,7 @@ unsigned tq_ncpu(void);
 #define TQ_TAG_IVFC TQ_TAG('I', 'V', 'F', 'C')
 #define TQ_TAG_LIST TQ_TAG('L', 'I', 'S', 'T')
 #define TQ_TAG_WDTH TQ_TAG('W', 'D', 'T', 'H')
+#define TQ_TAG_FACH TQ_TAG('F', 'A', 'C', 'H')
 #define TQ_IVFC_HEADER 16u
 
 #define TQ_QPAR_SIZE 64u
@@ -421,6 +422,44 @@ enum tq_status tq_encode_unpacked_rho(const struct tq_quantizer *q,
 /* x (>= 0) as the smallest f16 no smaller than x, as bits. */
 uint16_t tq_f16_up(float x);
 
+/*
+ * Compact factors (tq(5) FACH): per row an f16 s, an f16 t and an i8
+ * exponent E, the row's factors being s 2^E and t 2^E, with the key
+ *   ip, cosine: <q, c> + s (dot + t),   t = b' / s
+ *   l2:        -|q - c|^2 + s (2 dot + t),   t = (2 b' - |x|^2 + |c|^2) / s
+ * (dot = <R q, yhat>).  A block of 32 rows is TQ_FACH_BLOCK bytes: 32 s,
+ * then 32 t (f16, little-endian), then 32 E.
+ *
+ * In a build the three floats of a row (s, b', |x|^2) become, in place,
+ * the row's compact form as floats: the f16 values of s and t and E, so
+ * that rows copied from a compact segment pass through the same buffers
+ * (and spill records) unchanged and a compaction writes the bytes a
+ * fresh build would.  cc is |c|^2 (tq_centre_norm2).
+ */
+#define TQ_FACH_BLOCK 160
+void tq_fach_canon(float f[3], int l2, double cc);
+/* A compact row's floats (as tq_fach_canon makes them) from block bytes. */
+void tq_fach_row(const uint8_t *blk, unsigned j, float f[3]);
+/* Compact floats back to (s, b', |x|^2): b' = 0 for l2, |x|^2 = 0 else. */
+void tq_fach_uncanon(float f[3], int l2, double cc);
+/* Packs nblk blocks of canonical floats (32 s, 32 t, 32 E each) to bytes. */
+void tq_fach_pack(const float *fblocks, size_t nblk, uint8_t *out);
+/* Row j's decoded s 2^E and t 2^E (E clamped to -126 .. 127). */
+void tq_fach_decode(const uint8_t *blk, unsigned j, float *s, float *t);
+/* 2^e for e clamped to -126 .. 127, as the kernels make it. */
+static inline float tq_fach_pow2(int e)
+{
+	uint32_t u;
+	float f;
+
+	e = e < -126 ? -126 : e > 127 ? 127 : e;
+	u = (uint32_t)(e + 127) << 23;
+	memcpy(&f, &u, 4);
+	return f;
+}
+/* |c|^2 of the quantizer's centre, in double, in order (0 if none). */
+double tq_centre_norm2(const struct tq_quantizer *q);
+
 /* Packs/unpacks one vector's codes for the row (stream) format. */
 void tq_pack_row(const struct tq_quantizer *q, const uint8_t *codes,
     uint8_t *packed);
@@ -568,13 +607,16 @@ struct tq_part {
 	uint64_t row0, block0;
 	uint64_t n, nblocks;
 	const uint8_t *codes;		/* nblocks * block_bytes */
-	const float *factors;		/* nblocks * 32 * 3 (aligned, LE host) */
+	const float *factors;		/* nblocks * 32 * 3 (aligned, LE host),
+					   or NULL when fach is set */
 	const uint8_t *ids;		/* n * 8, little-endian */
 	const uint8_t *orig;		/* n * dim * (4 or 2), or NULL */
 	const uint8_t *tomb;		/* ceil(n/8) bytes, or NULL */
 	const uint8_t *list;		/* IVF: nlist + 1 u64 local offsets */
 	const uint8_t *wdth;		/* n f16 rho (WDTH), or NULL */
 	uint64_t live;			/* rows not deleted */
+	const uint8_t *fach;		/* FACH: nblocks * TQ_FACH_BLOCK,
+					   or NULL (FACT) */
 };
 
 struct tq_index {
@@ -844,6 +886,7 @@ struct tq_keypar {
 	float scale, bias, qc, qn2;
 	int l2;
 	uint32_t off;	/* added to every sum first (mod 2^32) */
+	float qk;	/* compact factors: qc, or for l2 -|q - c|^2 */
 };
 typedef uint32_t (*tq_keys_fn)(const uint32_t *acc, const float *fs,
     const struct tq_keypar *p, float thr, float *key);
@@ -852,6 +895,22 @@ uint32_t tq_keys_scalar(const uint32_t *acc, const float *fs,
 uint32_t tq_keys_avx2(const uint32_t *acc, const float *fs,
     const struct tq_keypar *p, float thr, float *key);
 uint32_t tq_keys_avx512(const uint32_t *acc, const float *fs,
+    const struct tq_keypar *p, float thr, float *key);
+/*
+ * The same from a compact block fh (TQ_FACH_BLOCK bytes): with
+ * s = f16(s_j) * 2^E_j and t = f16(t_j) * 2^E_j (E clamped to -126 ..
+ * 127, both products exact), a = acc + off,
+ *   d = scale * a + bias, for l2 d = d + d
+ *   key = qk + s * (d + t)
+ * each operation rounded to float in that order.
+ */
+typedef uint32_t (*tq_keysh_fn)(const uint32_t *acc, const uint8_t *fh,
+    const struct tq_keypar *p, float thr, float *key);
+uint32_t tq_keysh_scalar(const uint32_t *acc, const uint8_t *fh,
+    const struct tq_keypar *p, float thr, float *key);
+uint32_t tq_keysh_avx2(const uint32_t *acc, const uint8_t *fh,
+    const struct tq_keypar *p, float thr, float *key);
+uint32_t tq_keysh_avx512(const uint32_t *acc, const uint8_t *fh,
     const struct tq_keypar *p, float thr, float *key);
 
 /*
@@ -952,6 +1011,7 @@ struct tq_kernels {
 	tq_f16_fn f16;
 	tq_scan4x_fn scan4x;	/* NULL: scan query by query */
 	tq_keys_fn keys;
+	tq_keysh_fn keysh;	/* the same from compact factors */
 	tq_scand_fn scand;	/* the dot form, one query or few */
 	/*
 	 * The dot form for a tile of up to 16 queries (AMX), or NULL: scand

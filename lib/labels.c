@@ -294,9 +294,17 @@ row_vector(const struct tq_index *ix, const struct tq_part *p, uint64_t r,
 	tq_unpack_block_row(q, p->codes + r / TQ_BLOCK * ix->block_bytes,
 	    (unsigned)(r % TQ_BLOCK), un);
 	tq_pack_row(q, un, packed);
-	fs = p->factors + r / TQ_BLOCK * TQ_BLOCK * TQ_NFACTORS + r % TQ_BLOCK;
-	for (unsigned k = 0; k < TQ_NFACTORS; k++)
-		f[k] = fs[k * TQ_BLOCK];
+	if (p->fach != NULL) {
+		tq_fach_row(p->fach + r / TQ_BLOCK * TQ_FACH_BLOCK,
+		    (unsigned)(r % TQ_BLOCK), f);
+		tq_fach_uncanon(f, q->metric == TQ_METRIC_L2,
+		    tq_centre_norm2(q));
+	} else {
+		fs = p->factors + r / TQ_BLOCK * TQ_BLOCK * TQ_NFACTORS +
+		    r % TQ_BLOCK;
+		for (unsigned k = 0; k < TQ_NFACTORS; k++)
+			f[k] = fs[k * TQ_BLOCK];
+	}
 	st = tq_decode(q, packed, f, 1, vec);
 	free(un);
 	free(packed);

@@ -506,6 +506,7 @@ struct ctx {
 	const float *rq;
 	const float *qc;	/* <q, c> */
 	const float *qn2;	/* |q|^2 */
+	const float *qk;	/* compact factors: <q, c>, l2 -|q - c|^2 */
 	uint64_t *ids;		/* output rows of the chunk's first query */
 	float *scores;
 	uint64_t tile_blocks;	/* blocks per slice of a query tile */
@@ -611,6 +612,20 @@ static inline const float *
 blk_factors(const struct tq_part *p, uint64_t b)
 {
 	return p->factors + (b - p->block0) * TQ_BLOCK * TQ_NFACTORS;
+}
+
+/* Row r's factor s, which scales its estimate (and its error). */
+static inline float
+row_s(const struct tq_index *ix, uint64_t r)
+{
+	const struct tq_part *p = tq_part_of_row(ix, r);
+	float s, t;
+
+	if (p->fach == NULL)
+		return blk_factors(p, r / TQ_BLOCK)[r % TQ_BLOCK];
+	tq_fach_decode(p->fach + (r / TQ_BLOCK - p->block0) * TQ_FACH_BLOCK,
+	    (unsigned)(r % TQ_BLOCK), &s, &t);
+	return s;
 }
 
 /* The stored original of row r of the row space. */
@@ -743,7 +758,7 @@ block_keys(const struct ctx *c, const struct tq_part *p,
     uint32_t off, float thr, float *key, uint32_t *mask, uint32_t *above)
 {
 	struct tq_keypar kp = { t->scale, t->bias, c->qc[i], c->qn2[i],
-	    c->metric == TQ_METRIC_L2, off };
+	    c->metric == TQ_METRIC_L2, off, c->qk[i] };
 	uint64_t row = (blk - p->block0) * TQ_BLOCK;
 	unsigned nj = TQ_BLOCK;
 
@@ -753,7 +768,12 @@ block_keys(const struct ctx *c, const struct tq_part *p,
 	if (nj < TQ_BLOCK)
 		*mask &= (1u << nj) - 1;
 	/* All 32 rows: a short block's padding rows have zero factors. */
-	*above = c->kern->keys(acc, blk_factors(p, blk), &kp, thr, key);
+	if (p->fach != NULL)
+		*above = c->kern->keysh(acc, p->fach + (blk - p->block0) *
+		    TQ_FACH_BLOCK, &kp, thr, key);
+	else
+		*above = c->kern->keys(acc, blk_factors(p, blk), &kp, thr,
+		    key);
 	return nj;
 }
 
@@ -974,10 +994,21 @@ dequantize(const struct ctx *c, struct worker *w, uint64_t r, float *y)
 static float
 refined_key(const struct ctx *c, size_t i, uint64_t r, double dot)
 {
-	const float *fs = blk_factors(tq_part_of_row(c->ix, r), r / TQ_BLOCK);
+	const struct tq_part *p = tq_part_of_row(c->ix, r);
 	unsigned j = (unsigned)(r % TQ_BLOCK);
+	const float *fs;
 	double ip;
 
+	if (p->fach != NULL) {
+		float s, t;
+
+		tq_fach_decode(p->fach + (r / TQ_BLOCK - p->block0) *
+		    TQ_FACH_BLOCK, j, &s, &t);
+		return (float)((double)c->qk[i] + (double)s *
+		    ((c->metric == TQ_METRIC_L2 ? 2.0 : 1.0) * dot +
+		    (double)t));
+	}
+	fs = blk_factors(p, r / TQ_BLOCK);
 	ip = (double)fs[j] * dot + (double)fs[TQ_BLOCK + j] + (double)c->qc[i];
 	if (c->metric == TQ_METRIC_L2)
 		return (float)-((double)c->qn2[i] - 2.0 * ip +
@@ -1141,13 +1172,29 @@ row_rho(const struct ctx *c, uint64_t r)
 static void
 auto_bounds(const struct ctx *c, size_t i, struct acand *a)
 {
-	const float *fs = blk_factors(tq_part_of_row(c->ix, a->row),
-	    a->row / TQ_BLOCK);
+	const struct tq_part *p = tq_part_of_row(c->ix, a->row);
 	unsigned j = (unsigned)(a->row % TQ_BLOCK);
-	double s = fabs((double)fs[j]), x2 = (double)fs[2 * TQ_BLOCK + j];
+	/* Compact factors (FACH) keep no |x|^2: 0 where it is not needed. */
+	double s = fabs((double)row_s(c->ix, a->row)), x2 = p->fach == NULL ?
+	    (double)blk_factors(p, a->row / TQ_BLOCK)[2 * TQ_BLOCK + j] : 0.0;
 	double qn2 = (double)c->qn2[i], beta, dh, eps, t, lo, hi;
 	int l2 = c->metric == TQ_METRIC_L2;
 
+	if (c->metric == TQ_METRIC_IP && p->fach != NULL) {
+		/*
+		 * ip without |x|^2: no distance to narrow the width with,
+		 * so the width of any angle, A |q'| / 2 on the key.
+		 */
+		double key = (double)a->key, w;
+
+		t = a->state == 0 ? 1.001 * s * (double)c->qerr[i] : 0.0;
+		w = c->az * s * (double)row_rho(c, a->row) *
+		    (double)c->qq[i] / 2.0 + t + 1e-5 * (fabs(key) + qn2) +
+		    1e-30;
+		a->up = (float)(key + w);
+		a->lo = (float)(key - w);
+		return;
+	}
 	if (l2)
 		beta = 0.0;
 	else if (c->metric == TQ_METRIC_COSINE)
@@ -1579,7 +1626,6 @@ range_collect(struct worker *w, const struct tq_lut *t, size_t i,
 	for (b = b0; (nb = next_run(c, sg->p, &b, b1)) > 0; b += nb) {
 		scan_one(c, sg->p, t, b, nb, w->acc);
 		for (size_t bi = 0; bi < nb; bi++) {
-			const float *fs = blk_factors(sg->p, b + bi);
 			uint64_t row = (b + bi) * TQ_BLOCK;
 			uint32_t mask, above;
 			float key[TQ_BLOCK];
@@ -1590,7 +1636,8 @@ range_collect(struct worker *w, const struct tq_lut *t, size_t i,
 			mask &= row_window(b + bi, sg->r0, sg->r1);
 			w->st.rows_scanned += (unsigned)__builtin_popcount(mask);
 			for (j = 0; j < nj; j++) {
-				float m = fabsf(fs[j]) * margin_q;
+				float m = fabsf(row_s(c->ix, row + j)) *
+				    margin_q;
 
 				if ((mask >> j & 1) == 0)
 					continue;
@@ -1849,7 +1896,7 @@ check_queries(const float *queries, size_t nq, uint32_t dim)
 struct scratch {
 	struct worker *w;
 	unsigned nw;
-	float *qv, *rq, *qc, *qn2;
+	float *qv, *rq, *qc, *qn2, *qk;
 	float *qq;		/* auto re-rank: see struct ctx */
 	float *qerr;
 	uint32_t *probe;	/* chunk * probes */
@@ -1883,6 +1930,7 @@ scratch_free(struct scratch *s)
 	free(s->rq);
 	free(s->qc);
 	free(s->qn2);
+	free(s->qk);
 	free(s->qq);
 	free(s->qerr);
 	free(s->probe);
@@ -1981,6 +2029,7 @@ scratch_alloc(struct scratch *s, const struct tq_quantizer *q, unsigned nw,
 	s->rq = tq_mallocarray(chunk * q->dim, sizeof(*s->rq));
 	s->qc = tq_mallocarray(chunk, sizeof(*s->qc));
 	s->qn2 = tq_mallocarray(chunk, sizeof(*s->qn2));
+	s->qk = tq_mallocarray(chunk, sizeof(*s->qk));
 	s->qq = tq_mallocarray(chunk, sizeof(*s->qq));
 	s->qerr = tq_mallocarray(chunk, sizeof(*s->qerr));
 	if (s->qq == NULL || s->qerr == NULL)
@@ -1991,7 +2040,7 @@ scratch_alloc(struct scratch *s, const struct tq_quantizer *q, unsigned nw,
 	if (probes > 0)
 		s->probe = tq_mallocarray(chunk, probes * sizeof(*s->probe));
 	if (s->rq == NULL || s->qc == NULL || s->qn2 == NULL ||
-	    (cosine && s->qv == NULL) || s->segs == NULL ||
+	    s->qk == NULL || (cosine && s->qv == NULL) || s->segs == NULL ||
 	    (probes > 0 && s->probe == NULL))
 		return tq_fail(TQ_ERR_NOMEM, "search: query buffers");
 	return TQ_OK;
@@ -2035,6 +2084,7 @@ prepare(const struct tq_quantizer *q, const float *qv, size_t m,
 		 * little over for the rounding; the bound's per-query part.
 		 */
 		qq = (cosine ? (n2 > 0.0 ? 1.0 : 0.0) : n2) - 2.0 * qc + cc;
+		s->qk[i] = q->metric == TQ_METRIC_L2 ? (float)-qq : (float)qc;
 		s->qq[i] = (float)(sqrt(qq > 0.0 ? qq : 0.0) * (1.0 + 1e-6));
 	}
 	if (cosine)
@@ -2291,6 +2341,7 @@ tq_search(const struct tq_index *ix, const float *queries, size_t nq,
 	c.rq = s.rq;
 	c.qc = s.qc;
 	c.qn2 = s.qn2;
+	c.qk = s.qk;
 	c.qtile = query_tile(q);
 	c.tile_blocks = TILE_BYTES / ix->block_bytes;
 	if (c.tile_blocks < 1)
@@ -2430,6 +2481,7 @@ tq_search_range(const struct tq_index *ix, const float *queries, size_t nq,
 	c.rq = s.rq;
 	c.qc = s.qc;
 	c.qn2 = s.qn2;
+	c.qk = s.qk;
 	c.allow = p->allow != NULL ? p->allow->words : NULL;
 	c.masked = c.allow != NULL || ix->live < ix->n;
 	c.range = 1;

@@ -490,6 +490,12 @@ enum tq_originals {
 	TQ_ORIG_F16 = 2
 };
 
+enum tq_factors {
+	TQ_FACTORS_DEFAULT = 0,
+	TQ_FACTORS_F16 = 1,
+	TQ_FACTORS_F32 = 2
+};
+
 struct tq_build_params {
 	enum tq_originals originals;	/* default TQ_ORIG_F32 */
 	unsigned threads;		/* 0 = all cores; output never depends on it */
@@ -531,6 +537,14 @@ struct tq_build_params {
 	int labels_auto;
 	tq_progress_fn progress;	/* NULL = none */
 	void *progress_arg;	/* passed to progress */
+	/*
+	 * The per-vector factors of the segment written (tq(5) FACT, FACH):
+	 * TQ_FACTORS_F16 compact (7 bytes a vector with WDTH instead of
+	 * 14), TQ_FACTORS_F32 the layout older readers know.  Default: a
+	 * build or a rewrite (compaction) writes F16; an append onto an
+	 * index writes the layout of its last segment.
+	 */
+	enum tq_factors factors;
 };
 #define TQ_MAX_SEGMENTS_DEFAULT 16u
 #define TQ_MAX_SEGMENTS_LIMIT 4096u

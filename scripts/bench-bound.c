@@ -158,6 +158,13 @@ main(int argc, char **argv)
 		for (uint32_t s = 0; s < ix->nparts; s++) {
 			const struct tq_part *p = &ix->parts[s];
 
+			if (p->factors == NULL) {
+				fprintf(stderr, "bench-bound: the index has "
+				    "compact factors (FACH): build it with "
+				    "tq-build --factors f32\n");
+				return 1;
+			}
+
 			for (uint64_t r = 0; r < p->n; r++) {
 				const float *fs = p->factors + r / TQ_BLOCK *
 				    TQ_BLOCK * TQ_NFACTORS + r % TQ_BLOCK;

@@ -475,6 +475,51 @@ tq_keys_avx2(const uint32_t *acc, const float *fs,
 }
 
 /*
+ * The keys of tq_keysh_scalar, 8 rows per step: vcvtph2ps widens the f16
+ * s and t exactly, and 2^E is made in the exponent field of a float from
+ * the sign-extended, clamped E, so the products are those of the scalar
+ * code.
+ */
+uint32_t
+tq_keysh_avx2(const uint32_t *acc, const uint8_t *fh,
+    const struct tq_keypar *p, float thr, float *key)
+{
+	const __m256 scale = _mm256_set1_ps(p->scale);
+	const __m256 bias = _mm256_set1_ps(p->bias);
+	const __m256 qk = _mm256_set1_ps(p->qk);
+	const __m256 t = _mm256_set1_ps(thr);
+	const __m256i off = _mm256_set1_epi32((int)p->off);
+	const __m256i lo = _mm256_set1_epi32(-126), hi = _mm256_set1_epi32(127);
+	const __m256i bias127 = _mm256_set1_epi32(127);
+	uint32_t m = 0;
+
+	for (unsigned h = 0; h < TQ_BLOCK; h += 8) {
+		__m256i e = _mm256_cvtepi8_epi32(_mm_loadl_epi64(
+		    (const __m128i *)(const void *)(fh + 4 * TQ_BLOCK + h)));
+		__m256 p2, s, tt, d, k;
+
+		e = _mm256_min_epi32(_mm256_max_epi32(e, lo), hi);
+		p2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e,
+		    bias127), 23));
+		s = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(
+		    (const __m128i *)(const void *)(fh + 2 * h))), p2);
+		tt = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(
+		    (const __m128i *)(const void *)(fh + 2 * TQ_BLOCK +
+		    2 * h))), p2);
+		d = _mm256_add_ps(_mm256_mul_ps(scale, _mm256_cvtepi32_ps(
+		    _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)
+		    (const void *)(acc + h)), off))), bias);
+		if (p->l2)
+			d = _mm256_add_ps(d, d);
+		k = _mm256_add_ps(qk, _mm256_mul_ps(s, _mm256_add_ps(d, tt)));
+		_mm256_storeu_ps(key + h, k);
+		m |= (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(k, t,
+		    _CMP_GE_OQ)) << h;
+	}
+	return m;
+}
+
+/*
  * The dot form (internal.h, struct tq_lut): the int32 sums of q8 values
  * times the levels of each plane, for up to DOT_MAX queries per pass
  * over a block.  Each plane is decoded and multiplied as a 4-bit field

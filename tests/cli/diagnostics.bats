@@ -79,7 +79,7 @@ EOF
 	head -c 300 q.tq >cutq.tq
 	"$PY" "$MAL/make-index-cases" i.tqi q.tq cases >/dev/null
 	for c in c-version-99 s-header-hash s-table-hash c-code-offset-past-end \
-	    c-fact-overlaps-code qi-missing-cbok s-payload-code; do
+	    c-fach-overlaps-code qi-missing-cbok s-payload-code; do
 		cp cases/$c $c.tqi
 	done
 
@@ -310,9 +310,9 @@ tqfile_cases() {
 	expect 1 'FILE: section TAG: offset O length L out of bounds (file S bytes)' \
 	    "c-code-offset-past-end.tqi: section CODE: offset * length * out of bounds (file $size bytes)" \
 	    "$prog" "${ARGS[@]}"
-	with_file c-fact-overlaps-code.tqi "$@"
+	with_file c-fach-overlaps-code.tqi "$@"
 	expect 1 'FILE: sections TAG and TAG overlap' \
-	    'c-fact-overlaps-code.tqi: sections CODE and FACT overlap' \
+	    'c-fach-overlaps-code.tqi: sections CODE and FACH overlap' \
 	    "$prog" "${ARGS[@]}"
 	with_file qi-missing-cbok.tqi "$@"
 	expect 1 'FILE: missing section TAG' \
@@ -422,6 +422,9 @@ tqfile_cases() {
 	expect 2 '--max-segments goes with --append' \
 	    '--max-segments goes with --append' \
 	    tq-build --compact --max-segments 4 up.tqi
+	expect 2 '--factors goes with a build, --append or --compact' \
+	    '--factors goes with a build, --append or --compact' \
+	    tq-build --delete few.ids --factors f16 up.tqi
 	expect 1 'FILE: not a regular file: a tq file is written beside its destination and renamed over it' \
 	    '/dev/null: not a regular file: a tq file is written beside its destination and renamed over it' \
 	    tq-build -q q.tq -o /dev/null c.bin
@@ -445,6 +448,9 @@ tqfile_cases() {
 	expect 2 "originals 'NAME' is not one of f32, f16, none" \
 	    "originals 'f64' is not one of f32, f16, none" \
 	    tq-build --originals f64 -o out.tqi c.bin
+	expect 2 "factors 'NAME' is not one of f16, f32" \
+	    "factors 'f8' is not one of f16, f32" \
+	    tq-build --factors f8 -o out.tqi c.bin
 	expect 2 '-q cannot be used with -b, -m, -s, --no-centre or --lists' \
 	    '-q cannot be used with -b, -m, -s, --no-centre or --lists' \
 	    tq-build -q q.tq -b 2 -o out.tqi c.bin

@@ -83,6 +83,8 @@ write_ids(const char *path, const uint64_t *ids, size_t n)
 }
 
 /* Builds an index of x (ids from idpath if not NULL) with quantizer q. */
+static enum tq_factors build_factors = TQ_FACTORS_DEFAULT;
+
 static enum tq_status
 build(const struct tq_quantizer *q, const float *x, size_t n,
     const char *idpath, enum tq_originals o, const char *path)
@@ -101,6 +103,7 @@ build(const struct tq_quantizer *q, const float *x, size_t n,
 	tq_build_params_default(&bp);
 	bp.originals = o;
 	bp.threads = 2;
+	bp.factors = build_factors;
 	st = tq_build(q, r, ids, &bp, path);
 	tq_ids_close(ids);
 	tq_reader_close(r);
@@ -664,6 +667,222 @@ test_append(void)
 	/* Old lists move a block at a time: every field layout. */
 	test_append_one(TQ_METRIC_IP, 1, TQ_ORIG_F16, 5);
 	test_append_one(TQ_METRIC_L2, 3, TQ_ORIG_F32, 6);
+}
+
+/* The share of the top 10 of a's search that b's also returns. */
+static double
+overlap10(const char *a, const char *b, const float *x, size_t nq)
+{
+	struct tq_index *ia, *ib;
+	struct tq_search_params sp;
+	uint64_t ida[200], idb[200];
+	float sa[200], sb[200];
+	size_t hit = 0;
+
+	if (tq_index_open(a, &ia) != TQ_OK || tq_index_open(b, &ib) != TQ_OK)
+		return -1.0;
+	tq_search_params_default(&sp);
+	if (tq_search(ia, x, nq, &sp, ida, sa) != TQ_OK ||
+	    tq_search(ib, x, nq, &sp, idb, sb) != TQ_OK)
+		nq = 0;
+	for (size_t i = 0; i < nq; i++)
+		for (size_t j = 0; j < 10; j++)
+			for (size_t k = 0; k < 10; k++)
+				hit += ida[i * 10 + j] == idb[i * 10 + k];
+	tq_index_close(ia);
+	tq_index_close(ib);
+	return nq ? (double)hit / (double)(nq * 10) : -1.0;
+}
+
+/* Does segment s of the index at path hold compact factors (FACH)? */
+static int
+seg_fach(const char *path, uint32_t s)
+{
+	struct tq_index *ix;
+	int r;
+
+	if (tq_index_open(path, &ix) != TQ_OK)
+		return -1;
+	r = s < ix->nparts ? ix->parts[s].fach != NULL : -1;
+	tq_index_close(ix);
+	return r;
+}
+
+/* Appends rows [r0, r0 + n) of x to the index at a, factors f. */
+static enum tq_status
+append_rows(const char *a, const float *x, size_t r0, size_t n,
+    uint32_t dim, enum tq_factors f, const char *out)
+{
+	struct tq_build_params bp;
+	struct tq_reader *r;
+	enum tq_status st;
+
+	write_fixture(unit_path("app.bin"), x + r0 * dim, n, dim);
+	TQ_TRY(tq_reader_open(unit_path("app.bin"), NULL, &r));
+	tq_build_params_default(&bp);
+	bp.threads = 2;
+	bp.factors = f;
+	st = tq_index_append(a, r, NULL, &bp, out);
+	tq_reader_close(r);
+	return st;
+}
+
+/*
+ * The two factor layouts (tq(5) FACT, FACH) in one index: an append
+ * keeps the layout of the last segment unless told, a compaction of
+ * mixed segments is byte for byte a fresh build of the rows (compact, or
+ * f32 when asked for from f32 rows), and the compact index searches
+ * like the f32 one up to the factors' rounding (recall against it).
+ */
+static void
+test_factors_one(enum tq_metric m, unsigned bits, uint32_t lists)
+{
+	const uint32_t dim = 24, na = 100, nb = 45, nc = 70;
+	const uint32_t n = na + nb + nc;
+	float *x = make_data(n, dim);
+	struct tq_quantizer *q = lists ? fit_data(x, na, dim, bits, m, lists) :
+	    fit(dim, bits, m);
+	char ba[4096], bu[4096], bv[4096];
+	const char *a = path_of(ba, "fa.tqi"), *u = path_of(bu, "fu.tqi");
+	const char *v = path_of(bv, "fv.tqi");
+	struct tq_build_params bp;
+	struct tq_file_info fi;
+
+	build_factors = TQ_FACTORS_F32;
+	CHECK_OK(build(q, x, na, NULL, TQ_ORIG_F32, a));
+	CHECK(seg_fach(a, 0) == 0);
+	CHECK_OK(tq_file_info(a, &fi));
+	CHECK(fi.bytes_per_vector == (4.0 * (double)(tq_block_bytes(q) +
+	    384) + 2.0 * na) / na + 8.0);
+	/* The append keeps f32; a second one, told f16, makes it mixed. */
+	CHECK_OK(append_rows(a, x, na, nb, dim, TQ_FACTORS_DEFAULT, a));
+	CHECK(seg_fach(a, 1) == 0);
+	CHECK_OK(append_rows(a, x, na + nb, nc, dim, TQ_FACTORS_F16, a));
+	CHECK(seg_fach(a, 2) == 1);
+	/* An f16 last segment: the next append stays f16. */
+	CHECK_OK(append_rows(a, x, 0, 1, dim, TQ_FACTORS_DEFAULT,
+	    unit_path("fw.tqi")));
+	CHECK(seg_fach(unit_path("fw.tqi"), 0) == 1);
+	build_factors = TQ_FACTORS_DEFAULT;
+	CHECK_OK(build(q, x, n, NULL, TQ_ORIG_F32, u));
+	CHECK(seg_fach(u, 0) == 1);
+	CHECK_OK(tq_file_info(u, &fi));
+	CHECK(fi.bytes_per_vector == (7.0 * (double)(tq_block_bytes(q) +
+	    160) + 2.0 * n) / n + 8.0);
+	/* Compaction of mixed segments == a fresh (compact) build. */
+	CHECK_OK(tq_index_compact(a, NULL, unit_path("fc.tqi")));
+	CHECK(files_equal(unit_path("fc.tqi"), u));
+	CHECK(same_results(unit_path("fc.tqi"), u, x, 20, dim));
+	/* ... and asked for f32, from f32 rows, a fresh f32 build. */
+	build_factors = TQ_FACTORS_F32;
+	CHECK_OK(build(q, x, na + nb, NULL, TQ_ORIG_F32, v));
+	CHECK_OK(build(q, x, na, NULL, TQ_ORIG_F32, a));
+	CHECK_OK(append_rows(a, x, na, nb, dim, TQ_FACTORS_DEFAULT, a));
+	tq_build_params_default(&bp);
+	bp.factors = TQ_FACTORS_F32;
+	CHECK_OK(tq_index_compact(a, &bp, unit_path("fd.tqi")));
+	CHECK(files_equal(unit_path("fd.tqi"), v));
+	/* Compact to f32 and back to f16: the f16 build again. */
+	build_factors = TQ_FACTORS_DEFAULT;
+	CHECK_OK(build(q, x, n, NULL, TQ_ORIG_F32, u));
+	CHECK_OK(tq_index_compact(u, &bp, unit_path("fe.tqi")));
+	CHECK(seg_fach(unit_path("fe.tqi"), 0) == 0);
+	CHECK(overlap10(unit_path("fe.tqi"), u, x, 20) >= 0.9);
+	bp.factors = (enum tq_factors)7;
+	CHECK(tq_index_compact(u, &bp, unit_path("ff.tqi")) == TQ_ERR_ARG);
+	tq_quantizer_free(q);
+	free(x);
+}
+
+/*
+ * The compact rows themselves (tq_fach_canon): s = 0, norms past f16's
+ * range (raw pixels' |x|^2, 1e30), tiny ones, NaN and infinities never
+ * crash; values come back within the stated rounding; canonical floats
+ * pack to bytes that read back to the same floats (what compaction
+ * relies on); exponents past -126 .. 127 in a file are clamped.
+ */
+static void
+test_fach_rows(void)
+{
+	static const double sv[] = { 1.0, 3000.0, 1e30, 1e-30, 0.5, 7e4,
+	    2.5e-8, 1e37 };
+	double cc = 2.0e7;
+	uint8_t blk[TQ_FACH_BLOCK], blk2[TQ_FACH_BLOCK];
+	float fb[3 * TQ_BLOCK], f[3], s, t;
+
+	memset(fb, 0, sizeof(fb));
+	for (int l2 = 0; l2 < 2; l2++)
+		for (size_t i = 0; i < sizeof(sv) / sizeof(sv[0]); i++) {
+			double S = sv[i], B = -0.3 * S * S, X = 2.0 * S * S +
+			    (l2 ? cc : 0.0), T, st;
+
+			f[0] = (float)S;
+			f[1] = (float)B;
+			f[2] = (float)X;
+			T = l2 ? (2.0 * f[1] - (double)f[2] + cc) / f[0] :
+			    (double)f[1] / f[0];
+			tq_fach_canon(f, l2, cc);
+			CHECK(f[2] >= -126 && f[2] <= 111);
+			fb[i] = f[0];
+			fb[TQ_BLOCK + i] = f[1];
+			fb[2 * TQ_BLOCK + i] = f[2];
+			tq_fach_pack(fb, 1, blk);
+			tq_fach_decode(blk, (unsigned)i, &s, &t);
+			st = (double)s * t;
+			if (!isfinite(S * T))
+				continue;
+			CHECK(fabs(s - S) <= 0x1p-11 * fabs(S));
+			CHECK(fabs(st - S * T) <= 0x1p-10 * fabs(S) *
+			    (fabs(S) > fabs(T) ? fabs(S) : fabs(T)) + 1e-300);
+		}
+	/* Canonical floats survive bytes and back exactly. */
+	for (unsigned j = 0; j < TQ_BLOCK; j++) {
+		tq_fach_row(blk, j, f);
+		fb[j] = f[0];
+		fb[TQ_BLOCK + j] = f[1];
+		fb[2 * TQ_BLOCK + j] = f[2];
+	}
+	tq_fach_pack(fb, 1, blk2);
+	CHECK(memcmp(blk, blk2, sizeof(blk)) == 0);
+	/* s = 0 (x = c): t = 0, the key is the centre's. */
+	f[0] = 0.0f;
+	f[1] = 0.0f;
+	f[2] = 5.0f;
+	tq_fach_canon(f, 1, 5.0);
+	CHECK(f[0] == 0.0f && f[1] == 0.0f && f[2] == 0.0f);
+	/* Non-finite: no crash, exponent 0, NaN or infinity kept. */
+	f[0] = NAN;
+	f[1] = 1.0f;
+	f[2] = 1.0f;
+	tq_fach_canon(f, 0, 0.0);
+	CHECK(isnan(f[0]) && f[2] == 0.0f);
+	f[0] = 1.0f;
+	f[1] = INFINITY;
+	f[2] = 0.0f;
+	tq_fach_canon(f, 0, 0.0);
+	CHECK(isinf(f[1]) && f[2] == 0.0f);
+	/* Hostile exponents in a file: clamped to -126 .. 127. */
+	memset(blk, 0, sizeof(blk));
+	wr_le16(blk, 0x3c00u);		/* 1.0 */
+	wr_le16(blk + 2, 0x3c00u);
+	wr_le16(blk + 2 * TQ_BLOCK, 0x7bffu);	/* 65504 */
+	blk[4 * TQ_BLOCK] = 0x80;	/* -128 */
+	blk[4 * TQ_BLOCK + 1] = 0x7f;	/* 127 */
+	tq_fach_decode(blk, 0, &s, &t);
+	CHECK(s == 0x1p-126f && t == 65504.0f * 0x1p-126f);
+	tq_fach_decode(blk, 1, &s, &t);
+	CHECK(s == 0x1p127f && t == 0.0f);
+	CHECK(tq_fach_pow2(-1000) == 0x1p-126f && tq_fach_pow2(1000) ==
+	    0x1p127f);
+}
+
+static void
+test_factors(void)
+{
+	test_factors_one(TQ_METRIC_L2, 4, 0);
+	test_factors_one(TQ_METRIC_COSINE, 1, 0);
+	test_factors_one(TQ_METRIC_IP, 3, 0);
+	test_factors_one(TQ_METRIC_L2, 2, 5);
 }
 
 /* Failures leave the index as it was: NaN, wrong dimension, ids. */
@@ -1260,6 +1479,8 @@ main(void)
 	RUN(test_tomb_checks);
 	RUN(test_append);
 	RUN(test_append_errors);
+	RUN(test_factors);
+	RUN(test_fach_rows);
 	RUN(test_ivf_nearest);
 	RUN(test_kmeans);
 	RUN(test_ivf);

@@ -435,6 +435,98 @@ test_keys(void)
 	CHECK(!bad_off);
 }
 
+/*
+ * The compact-factor key kernels against tq_keysh_scalar, bit for bit:
+ * blocks of random f16 s and t and exponents over the whole i8 range
+ * (the clamp to -126 .. 127 included), some f16 values NaN, infinite or
+ * subnormal as a corrupt index could hold, both metrics, offsets and
+ * thresholds as in test_keys; and the scalar kernel against the
+ * expression of internal.h with the row decoded by tq_fach_decode.
+ */
+static void
+test_keysh(void)
+{
+	const struct {
+		const char *name;
+		tq_keysh_fn fn;
+		int run;
+	} kk[] = {
+		{ "avx2", tq_keysh_avx2, runnable[0] },
+		{ "avx512", tq_keysh_avx512, runnable[1] },
+	};
+	static const uint16_t odd[] = { 0x7e00u, 0x7c00u, 0xfc00u, 0x0001u,
+	    0x8000u, 0x7bffu, 0x7d01u };
+	uint8_t fh[TQ_FACH_BLOCK];
+	uint32_t acc[TQ_BLOCK];
+	float want[TQ_BLOCK], got[TQ_BLOCK];
+	int bad[2] = { 0, 0 }, bad_ref = 0;
+	unsigned ran[2] = { 0, 0 };
+
+	for (unsigned it = 0; it < 4000; it++) {
+		struct tq_keypar p;
+		float thr;
+		uint32_t mw;
+
+		for (unsigned j = 0; j < TQ_BLOCK; j++) {
+			acc[j] = rnd() % (it % 3 == 0 ? 256u : 1u << 24);
+			/* Finite halves of either sign, 2^-14 .. 2^15. */
+			wr_le16(fh + 2 * j, (uint16_t)(rnd() % 0x7800u +
+			    0x0400u) | (uint16_t)(rnd() & 1) << 15);
+			wr_le16(fh + 2 * TQ_BLOCK + 2 * j, (uint16_t)(rnd() %
+			    0x7800u + 0x0400u) | (uint16_t)(rnd() & 1) << 15);
+			fh[4 * TQ_BLOCK + j] = it % 5 == 0 ? (uint8_t)rnd() :
+			    (uint8_t)(int8_t)((int32_t)(rnd() % 61) - 40);
+		}
+		if (it % 7 == 0)
+			wr_le16(fh + 2 * (rnd() % (2 * TQ_BLOCK)),
+			    odd[rnd() % (sizeof(odd) / sizeof(odd[0]))]);
+		p.scale = (float)(rnd() % 1000 + 1) * 1e-4f;
+		p.bias = (float)((int32_t)rnd() % 1000) * 1e-2f;
+		p.qc = 0.0f;
+		p.qn2 = 0.0f;
+		/* qk 0 too, or it hides keys of the smallest exponents. */
+		p.qk = it % 3 == 2 ? 0.0f : (float)((int32_t)rnd() % 100000) *
+		    1e-3f;
+		p.l2 = (int)(it & 1);
+		p.off = it % 4 == 0 ? 0 : it % 4 == 1 ? rnd() % 4096 :
+		    (uint32_t)-(int32_t)(rnd() % 300);
+		mw = tq_keysh_scalar(acc, fh, &p, -INFINITY, want);
+		thr = it % 5 == 0 ? -INFINITY : it % 5 == 1 ? INFINITY :
+		    want[rnd() % TQ_BLOCK];
+		mw = tq_keysh_scalar(acc, fh, &p, thr, want);
+		for (unsigned j = 0; j < TQ_BLOCK; j++) {
+			float s, t, d, k;
+
+			tq_fach_decode(fh, j, &s, &t);
+			d = p.scale * (float)(int32_t)(acc[j] + p.off) + p.bias;
+			if (p.l2)
+				d = d + d;
+			k = p.qk + s * (d + t);
+			bad_ref |= memcmp(&k, &want[j], 4) != 0 &&
+			    !(isnan(k) && isnan(want[j]));
+		}
+		for (size_t d = 0; d < 2; d++) {
+			if (!kk[d].run)
+				continue;
+			memset(got, 0x5a, sizeof(got));
+			bad[d] |= kk[d].fn(acc, fh, &p, thr, got) != mw;
+			for (unsigned j = 0; j < TQ_BLOCK; j++)
+				bad[d] |= memcmp(&got[j], &want[j], 4) != 0 &&
+				    !(isnan(got[j]) && isnan(want[j]));
+			ran[d]++;
+		}
+	}
+	for (size_t d = 0; d < 2; d++) {
+		if (bad[d])
+			fprintf(stderr, "compact key kernel %s differs\n",
+			    kk[d].name);
+		CHECK(!bad[d]);
+		printf("compact key kernel %s: %u blocks against scalar\n",
+		    kk[d].name, ran[d]);
+	}
+	CHECK(!bad_ref);
+}
+
 /* Codes of all ones select each table's last entry: the layout's corners. */
 static void
 test_corners(void)
@@ -923,6 +1015,7 @@ main(void)
 	RUN(test_multi);
 	RUN(test_dot_form);
 	RUN(test_keys);
+	RUN(test_keysh);
 	for (k = 0; k < NKERN; k++)
 		if (runnable[k])
 			printf("kernel %s: ran, %lu cases against scalar\n",

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "internal.h"
 #include "unit.h"
 
 #define DIM 8
@@ -201,6 +202,9 @@ test_decoded(void)
 	CHECK(found && id == 12);
 	codes = malloc(tq_code_bytes(q));
 	CHECK_OK(tq_encode(q, rows + 12 * DIM, 1, codes, f));
+	/* The factors as the index stores them (compact, tq(5) FACH). */
+	tq_fach_canon(f, q->metric == TQ_METRIC_L2, tq_centre_norm2(q));
+	tq_fach_uncanon(f, q->metric == TQ_METRIC_L2, tq_centre_norm2(q));
 	CHECK_OK(tq_decode(q, codes, f, 1, d));
 	CHECK(memcmp(v, d, sizeof(v)) == 0);
 	free(codes);

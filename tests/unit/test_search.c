@@ -709,8 +709,9 @@ mem_index_make(struct mem_index *m, struct tq_quantizer *q, const float *x,
 	m->ix.live = n;
 	m->ix.nparts = 1;
 	m->ix.parts = m->part;
-	m->part[0] = (struct tq_part){ 0, 0, n, nb, m->codes, m->factors,
-	    m->ids, orig == TQ_ORIG_NONE ? NULL : m->orig, NULL, NULL, NULL, n };
+	m->part[0] = (struct tq_part){ .n = n, .nblocks = nb,
+	    .codes = m->codes, .factors = m->factors, .ids = m->ids,
+	    .orig = orig == TQ_ORIG_NONE ? NULL : m->orig, .live = n };
 	return 0;
 }
 
