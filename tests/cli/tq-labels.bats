@@ -206,8 +206,10 @@ EOF
 }
 
 @test "an index without originals: --like searches with the decoded row" {
-	"$TQ_BIN/tq-build" -q "$F/q.tq" --originals none --labels auto \
-	    -o n.tqi "$F/c.glove"
+	# f32 factors: tq-encode's stream keeps s in f32, and compact factors
+	# (the default) decode with s as stored, rounded to f16.
+	"$TQ_BIN/tq-build" -q "$F/q.tq" --originals none --factors f32 \
+	    --labels auto -o n.tqi "$F/c.glove"
 	# The row's codes, decoded by tq-encode, are the query.
 	row_of w42 >qv.txt
 	"$TQ_BIN/tq-encode" -q n.tqi -i qv.txt -o qv.codes
