@@ -1193,7 +1193,7 @@ auto_bounds(const struct ctx *c, size_t i, struct acand *a)
 		    1e-30;
 		a->up = (float)(key + w);
 		a->lo = (float)(key - w);
-		return;
+		goto sane;
 	}
 	if (l2)
 		beta = 0.0;
@@ -1212,6 +1212,15 @@ auto_bounds(const struct ctx *c, size_t i, struct acand *a)
 	} else {
 		a->up = (float)((beta - lo) / 2.0);
 		a->lo = (float)((beta - hi) / 2.0);
+	}
+	/*
+	 * A hostile file's factors can make the ends NaN, which would break
+	 * the sorted upper ends: such a candidate may be anything.
+	 */
+sane:
+	if (a->up != a->up || a->lo != a->lo) {
+		a->up = INFINITY;
+		a->lo = -INFINITY;
 	}
 }
 
@@ -1298,8 +1307,11 @@ count_at_least(const float *ups, uint32_t n, float x)
 static void
 ups_replace(float *ups, uint32_t n, float old, float nv)
 {
-	uint32_t e = count_at_least(ups, n, old) - 1;	/* a slot of old */
+	uint32_t e = count_at_least(ups, n, old);
 
+	if (e == 0)
+		return;		/* not there: never, with the ends made sane */
+	e--;			/* a slot of old */
 	while (e + 1 < n && ups[e + 1] > nv) {
 		ups[e] = ups[e + 1];
 		e++;
@@ -1439,6 +1451,8 @@ finish_auto(struct worker *w, size_t i, const struct tq_topk *cand)
 				break;
 			}
 		exact_keys(c, w, qv, &a->row, 1, &key);
+		if (key != key)		/* a hostile file's NaN original */
+			key = -INFINITY;
 		done++;
 		ups_replace(w->ups, n, a->up, key);
 		e = floor_raise(w, k, a->lo, key) != 0;
