@@ -488,8 +488,15 @@ f16_rows_f16c(const float *x, size_t cnt, uint8_t *dst)
 static int
 f16c_ok(void)
 {
-	return __builtin_cpu_supports("f16c") &&
-	    strcmp(tq_kernels()->name, "scalar") != 0;
+	/* tq's own detection: clang 14's __builtin_cpu_supports has no f16c. */
+	const char *f = tq_cpu_features(), *p = f;
+
+	while ((p = strstr(p, "f16c")) != NULL) {
+		if ((p == f || p[-1] == ' ') && (p[4] == ' ' || p[4] == '\0'))
+			return strcmp(tq_kernels()->name, "scalar") != 0;
+		p += 4;
+	}
+	return 0;
 }
 #endif
 
