@@ -602,6 +602,8 @@ truth_of(struct calrun *c, uint32_t kt, uint64_t *truth, uint32_t *tlen)
 	}
 	rc = tq_exact_source(rows_next, &src, ix->q->metric, c->qv, c->m,
 	    ix->q->dim, kx, c->threads, ids, sc);
+	release(&src);
+	free(src.rowid);
 	for (size_t i = 0; rc == TQ_OK && i < c->m; i++) {
 		uint64_t *t = truth + i * KMAX;
 
