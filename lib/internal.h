@@ -77,7 +77,33 @@ static inline void wr_lef32(uint8_t *p, float f)
 
 /* IEEE half precision, round to nearest even. */
 uint16_t tq_f32_to_f16(float f);
-float tq_f16_to_f32(uint16_t h);
+
+/*
+ * Half to single, exact for every half (NaN payloads kept): the exponent
+ * is rebiased; inf and NaN get the top exponent; a subnormal is rebuilt by
+ * one subtraction of normal floats, so DAZ/FTZ modes do not matter.
+ */
+static inline float tq_f16_to_f32(uint16_t h)
+{
+	const uint32_t top = 0x7c00u << 13;
+	uint32_t u = (uint32_t)(h & 0x7fffu) << 13, e = u & top;
+	float f, magic;
+
+	u += (127u - 15u) << 23;
+	if (e == top) {
+		u += (128u - 16u) << 23;
+	} else if (e == 0) {
+		u += 1u << 23;
+		memcpy(&f, &u, 4);
+		u = 113u << 23;
+		memcpy(&magic, &u, 4);
+		f -= magic;
+		memcpy(&u, &f, 4);
+	}
+	u |= (uint32_t)(h & 0x8000u) << 16;
+	memcpy(&f, &u, 4);
+	return f;
+}
 
 /* ------------------------------------------------------------------------ */
 /* Checked arithmetic: return 0 on success, nonzero on overflow.             */

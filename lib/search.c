@@ -616,9 +616,8 @@ blk_factors(const struct tq_part *p, uint64_t b)
 
 /* Row r's factor s, which scales its estimate (and its error). */
 static inline float
-row_s(const struct tq_index *ix, uint64_t r)
+part_row_s(const struct tq_part *p, uint64_t r)
 {
-	const struct tq_part *p = tq_part_of_row(ix, r);
 	float s, t;
 
 	if (p->fach == NULL)
@@ -709,8 +708,12 @@ advise_segs(const struct ctx *c, const struct seg *sg, size_t ns)
 
 		advise_range(c, blk_codes(c, p, sg[e].b0),
 		    nb * c->ix->block_bytes);
-		advise_range(c, blk_factors(p, sg[e].b0),
-		    nb * TQ_BLOCK * TQ_NFACTORS * sizeof(float));
+		if (p->fach != NULL)
+			advise_range(c, p->fach + (sg[e].b0 - p->block0) *
+			    TQ_FACH_BLOCK, nb * TQ_FACH_BLOCK);
+		else
+			advise_range(c, blk_factors(p, sg[e].b0),
+			    nb * TQ_BLOCK * TQ_NFACTORS * sizeof(float));
 	}
 }
 
@@ -1175,7 +1178,7 @@ auto_bounds(const struct ctx *c, size_t i, struct acand *a)
 	const struct tq_part *p = tq_part_of_row(c->ix, a->row);
 	unsigned j = (unsigned)(a->row % TQ_BLOCK);
 	/* Compact factors (FACH) keep no |x|^2: 0 where it is not needed. */
-	double s = fabs((double)row_s(c->ix, a->row)), x2 = p->fach == NULL ?
+	double s = fabs((double)part_row_s(p, a->row)), x2 = p->fach == NULL ?
 	    (double)blk_factors(p, a->row / TQ_BLOCK)[2 * TQ_BLOCK + j] : 0.0;
 	double qn2 = (double)c->qn2[i], beta, dh, eps, t, lo, hi;
 	int l2 = c->metric == TQ_METRIC_L2;
@@ -1650,11 +1653,12 @@ range_collect(struct worker *w, const struct tq_lut *t, size_t i,
 			mask &= row_window(b + bi, sg->r0, sg->r1);
 			w->st.rows_scanned += (unsigned)__builtin_popcount(mask);
 			for (j = 0; j < nj; j++) {
-				float m = fabsf(row_s(c->ix, row + j)) *
-				    margin_q;
+				float m;
 
 				if ((mask >> j & 1) == 0)
 					continue;
+				m = fabsf(part_row_s(sg->p, row + j)) *
+				    margin_q;
 				m = (l2 ? 2.0f * m : m) +
 				    1e-4f * (fabsf(key[j]) + fabsf(qn2)) + 1e-6f;
 				if (key[j] + m >= c->rkey &&

@@ -152,35 +152,6 @@ tq_f32_to_f16(float f)
 	}
 }
 
-float
-tq_f16_to_f32(uint16_t h)
-{
-	uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-	uint32_t exp = (h >> 10) & 0x1f;
-	uint32_t mant = h & 0x3ffu;
-	uint32_t x;
-	float f;
-
-	if (exp == 0) {
-		if (mant == 0) {
-			x = sign;
-		} else {
-			exp = 127 - 15 + 1;
-			while (!(mant & 0x400u)) {
-				mant <<= 1;
-				exp--;
-			}
-			x = sign | exp << 23 | (mant & 0x3ffu) << 13;
-		}
-	} else if (exp == 0x1f) {
-		x = sign | 0x7f800000u | mant << 13;
-	} else {
-		x = sign | (exp + 127 - 15) << 23 | mant << 13;
-	}
-	memcpy(&f, &x, 4);
-	return f;
-}
-
 /*
  * The one normalisation used everywhere (encode, originals, queries,
  * ground truth), so that cosine scores computed in different places agree

@@ -254,6 +254,36 @@ test_atomic(void)
 	CHECK(tq_fw_open("-", TQ_FILE_INDEX, 2, &fw) == TQ_ERR_UNSUPPORTED);
 }
 
+/* The plain form of the conversion, to check the library's against. */
+static float
+ref_f16_to_f32(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+	uint32_t exp = (h >> 10) & 0x1f;
+	uint32_t mant = h & 0x3ffu;
+	uint32_t x;
+	float f;
+
+	if (exp == 0) {
+		if (mant == 0) {
+			x = sign;
+		} else {
+			exp = 127 - 15 + 1;
+			while (!(mant & 0x400u)) {
+				mant <<= 1;
+				exp--;
+			}
+			x = sign | exp << 23 | (mant & 0x3ffu) << 13;
+		}
+	} else if (exp == 0x1f) {
+		x = sign | 0x7f800000u | mant << 13;
+	} else {
+		x = sign | (exp + 127 - 15) << 23 | mant << 13;
+	}
+	memcpy(&f, &x, 4);
+	return f;
+}
+
 static void
 test_f16(void)
 {
@@ -268,6 +298,15 @@ test_f16(void)
 			bad++;
 	}
 	CHECK(bad == 0);
+	bad = 0;
+	for (uint32_t h = 0; h < 65536; h++) {
+		float a = tq_f16_to_f32((uint16_t)h);
+		float b = ref_f16_to_f32((uint16_t)h);
+
+		if (memcmp(&a, &b, 4) != 0)
+			bad++;
+	}
+	CHECK(bad == 0);	/* every half, NaN payloads included */
 	CHECK(tq_f32_to_f16(1.0f) == 0x3c00);
 	CHECK(tq_f32_to_f16(65520.0f) == 0x7c00);	/* rounds to inf */
 	CHECK(tq_f32_to_f16(1e-8f) == 0);
