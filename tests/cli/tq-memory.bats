@@ -78,8 +78,24 @@ willneed() {
 	[ "$(willneed free.trace)" -eq 0 ]
 	# 5 queries: 8 lists' codes and factors and 40 originals each.
 	[ "$(willneed small.trace)" -ge 200 ]
+	# Every range asked for is mapped: compact factors (FACH, the
+	# default) are read ahead where they are.
+	[ "$(grep 'MADV_WILLNEED' small.trace | grep -c '= -1')" -eq 0 ]
 	# Two threads share the queries: the same results.
 	in_cgroup $((size * 3 / 2)) "$TQ_BIN/tq-search" -k 10 --probes 8 \
 	    --oversample 4 --threads 2 -i "$F/q.bin" "$F/i.tqi" >small2.tsv
 	cmp free.tsv small2.tsv
+}
+
+@test "tq-search: the bounded re-rank reads ahead too, same results" {
+	local size
+	size=$(stat -c %s "$F/i.tqi")
+	"$TQ_BIN/tq-search" -k 10 --probes 8 --oversample auto --threads 1 \
+	    -i "$F/q.bin" "$F/i.tqi" >free.tsv
+	in_cgroup $((size * 3 / 2)) strace -f -e trace=madvise \
+	    -o small.trace "$TQ_BIN/tq-search" -k 10 --probes 8 \
+	    --oversample auto --threads 1 -i "$F/q.bin" "$F/i.tqi" >small.tsv
+	cmp free.tsv small.tsv
+	[ "$(willneed small.trace)" -ge 80 ]
+	[ "$(grep 'MADV_WILLNEED' small.trace | grep -c '= -1')" -eq 0 ]
 }
