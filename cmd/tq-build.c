@@ -47,7 +47,7 @@ static const char help_str[] =
     "      --labels file|auto\n"
     "                        keep a label per row: one a line, or the corpus's\n"
     "  -m metric             the metric when fitting: l2, ip or cosine (default l2)\n"
-    "      --no-calibrate    write no calibration (the default)\n"
+    "      --no-calibrate    write no calibration (default: one with originals)\n"
     "      --no-centre       when fitting, do not centre\n"
     "      --no-wait         fail at once if another writer holds the index\n"
     "  -o index              the index file to write\n"
@@ -244,12 +244,12 @@ report(const char *out, double t0, const char *what)
 
 /*
  * The calibration for tq-search --recall: --calibrate's queries, or a
- * sample of the index's rows.  A new build or a compaction is calibrated
- * when --calibrate or --calibrate-sample asks, and --recalibrate always,
- * failing if it cannot.  It is a second commit after the index is
- * written, so it is not made unasked: a build killed between the two
- * would leave an index that is neither the old file nor the whole new
- * one.
+ * sample of the index's rows.  A build or a compaction calibrates its new
+ * file before renaming it into place (tq_build_params.calibrate), by
+ * default when it has originals and at least CALIB_MIN live rows, and
+ * always (failing if it cannot) when --calibrate or --calibrate-sample
+ * asks; --no-calibrate makes none.  --recalibrate measures an existing
+ * index again, as one commit onto it.
  */
 #define CALIB_MIN 1000u
 
@@ -257,68 +257,104 @@ struct calib {
 	const char *queries;	/* --calibrate */
 	uint32_t sample;	/* --calibrate-sample */
 	int off;		/* --no-calibrate */
+	float *q;		/* --calibrate's rows, once read */
+	struct tq_calib_params cp;
 };
 
-static void
-calibrate(const struct calib *cal, const char *path, const char *out,
-    const struct tq_build_params *bp, int always)
+static int
+calib_asked(const struct calib *cal)
 {
-	struct tq_calib_params cp;
+	return cal->queries != NULL || cal->sample != 0;
+}
+
+/*
+ * cal->cp for an index of dimension dim and the given originals, read and
+ * checked before any work; NULL when no calibration is to be made.  where
+ * names the index (or output) for the diagnostics.
+ */
+static const struct tq_calib_params *
+calib_params(struct calib *cal, uint32_t dim, enum tq_originals orig,
+    const struct tq_build_params *bp, const char *where)
+{
+	struct tq_calib_params *cp = &cal->cp;
+	enum tq_status st;
+	uint32_t qdim;
+	size_t nq;
+
+	if (cal->off || (!calib_asked(cal) && orig == TQ_ORIG_NONE))
+		return NULL;
+	if (orig == TQ_ORIG_NONE)
+		die("%s: calibration needs originals, and the index has none",
+		    where);
+	tq_calib_params_default(cp);
+	cp->sample = cal->sample;
+	cp->threads = bp->threads;
+	cp->min_live = calib_asked(cal) ? 0 : CALIB_MIN;
+	if (cal->queries != NULL) {
+		if (cal->q == NULL) {
+			progress("reading calibration queries");
+			if ((st = tq_read_all(cal->queries, "test", &cal->q,
+			    &qdim, &nq)) != TQ_OK)
+				die_status(st, in_name(cal->queries));
+			progress_done();
+			if (qdim != dim)
+				die("%s: calibration queries of dimension %u, "
+				    "the index has %u", in_name(cal->queries),
+				    qdim, dim);
+			if (nq == 0)
+				die("%s: no calibration queries",
+				    in_name(cal->queries));
+			cp->nq = nq;
+		}
+		cp->queries = cal->q;
+		cp->dim = dim;
+	}
+	return cp;
+}
+
+/* --recalibrate: the index measured again, one commit onto it. */
+static void
+recalibrate(struct calib *cal, const char *path, const char *out,
+    const struct tq_build_params *bp)
+{
+	const struct tq_calib_params *cp;
 	struct tq_index *ix;
 	enum tq_status st;
-	float *q = NULL;
 	uint32_t dim;
-	size_t nq;
-	int skip;
+	enum tq_originals orig;
 
-	if (cal->off)
-		return;
 	if ((st = tq_index_open(path, &ix)) != TQ_OK)
 		die_status(st, path);
-	skip = !always && cal->queries == NULL &&
-	    (tq_index_originals(ix) == TQ_ORIG_NONE ||
-	    tq_index_live(ix) < CALIB_MIN);
-	if (tq_index_originals(ix) == TQ_ORIG_NONE && !skip)
+	dim = tq_quantizer_dim(tq_index_quantizer(ix));
+	orig = tq_index_originals(ix);
+	tq_index_close(ix);
+	if (orig == TQ_ORIG_NONE)
 		die("%s: calibration needs originals, and the index has none",
 		    path);
-	tq_index_close(ix);
-	if (skip)
-		return;
-	tq_calib_params_default(&cp);
-	cp.sample = cal->sample;
-	cp.threads = bp->threads;
-	if (cal->queries != NULL) {
-		progress("reading calibration queries");
-		if ((st = tq_read_all(cal->queries, "test", &q, &dim,
-		    &nq)) != TQ_OK)
-			die_status(st, in_name(cal->queries));
-		cp.queries = q;
-		cp.nq = nq;
-		cp.dim = dim;
-	}
+	cp = calib_params(cal, dim, orig, bp, path);
+	cal->cp.min_live = 0;
 	progress("calibrating");
-	st = tq_index_calibrate(path, &cp, bp, out);
+	st = tq_index_calibrate(path, cp, bp, out);
 	progress_done();
 	if (st != TQ_OK)
-		die_status(st, cal->queries != NULL && (st == TQ_ERR_MISMATCH ||
-		    st == TQ_ERR_NONFINITE || st == TQ_ERR_EMPTY) ?
-		    in_name(cal->queries) : st == TQ_ERR_CHECKSUM ? path :
+		die_status(st, st == TQ_ERR_CHECKSUM ? path :
 		    blame(st, path, NULL, out));
-	free(q);
 }
 
 /* --append, --delete, --compact: a new version of an existing index. */
 static int
 mutate(int mode, const char *delpath, const char *idspath,
     const char *labpath, const char *dataset, struct tq_build_params *bp,
-    const struct calib *cal, const char *out, int verbose, int argc,
+    struct calib *cal, const char *out, int verbose, int argc,
     char **argv)
 {
 	const char *ixpath = argv[0];
 	struct tq_index *ix;
 	enum tq_status st;
+	enum tq_originals orig;
 	double t0 = now_seconds();
 	char what[64] = "";
+	uint32_t dim;
 
 	if (argc < 1)
 		usage_error("missing index");
@@ -337,6 +373,8 @@ mutate(int mode, const char *delpath, const char *idspath,
 	 */
 	if ((st = tq_index_open(ixpath, &ix)) != TQ_OK)
 		die_status(st, ixpath);
+	dim = tq_quantizer_dim(tq_index_quantizer(ix));
+	orig = tq_index_originals(ix);
 	tq_index_close(ix);
 	if (mode == OPT_DELETE) {
 		uint64_t *ids, deleted;
@@ -351,18 +389,19 @@ mutate(int mode, const char *delpath, const char *idspath,
 		snprintf(what, sizeof(what), "%llu deleted, ",
 		    (unsigned long long)deleted);
 	} else if (mode == OPT_COMPACT) {
+		bp->calibrate = calib_params(cal, dim, orig, bp, ixpath);
 		if ((st = tq_index_compact(ixpath, bp, out)) != TQ_OK)
 			die_status(st, st == TQ_ERR_CHECKSUM ? ixpath :
 			    blame(st, ixpath, NULL, out));
-		if (cal->queries != NULL || cal->sample != 0)
-			calibrate(cal, out, out, bp, 1);
 	} else if (mode == OPT_RECALIBRATE) {
-		calibrate(cal, ixpath, out, bp, 1);
+		recalibrate(cal, ixpath, out, bp);
 	} else {
 		const char *corpus = argv[1];
 		struct tq_reader *r;
 		struct tq_ids_reader *ids = NULL;
 
+		/* Used when the append rewrites the index (a fresh build). */
+		bp->calibrate = calib_params(cal, dim, orig, bp, ixpath);
 		if ((st = tq_reader_open(corpus, dataset, &r)) != TQ_OK)
 			die_status(st, in_name(corpus));
 		if (idspath != NULL) {
@@ -450,7 +489,7 @@ main(int argc, char *argv[])
 	int ch, centre = 1, fitopt = 0, verbose = 0, mode = 0, nmodes = 0;
 	int origopt = 0, dupopt = 0;
 	uint32_t shard = 0, nshards = 0;
-	struct calib cal = { NULL, 0, 0 };
+	struct calib cal = { NULL, 0, 0, NULL, { 0 } };
 
 	cmd_init(argv, usage_str, help_str);
 	tq_fit_params_default(&fp);
@@ -673,6 +712,8 @@ main(int argc, char *argv[])
 	if (nshards > 0)
 		shard_select(corpus, r, idspath, &ids, shard, nshards);
 	open_labels(labpath, r, corpus, &bp);
+	bp.calibrate = calib_params(&cal, tq_quantizer_dim(q), bp.originals,
+	    &bp, out);
 	if ((st = tq_build(q, r, ids, &bp, out)) != TQ_OK) {
 		labels_failed(st, labpath);
 		die_status(st, blame(st, corpus, idspath, out));
@@ -682,8 +723,7 @@ main(int argc, char *argv[])
 	tq_labels_close(bp.labels);
 	tq_reader_close(r);
 	tq_quantizer_free(q);
-	if (cal.queries != NULL || cal.sample != 0)
-		calibrate(&cal, out, out, &bp, 1);
+	free(cal.q);
 	if (verbose) {
 		struct tq_file_info info;
 

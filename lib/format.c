@@ -381,6 +381,7 @@ struct tq_filewriter {
 	int commit;
 	uint64_t seq;		/* the new commit's number */
 	uint64_t base_end;	/* the current commit's end */
+	int sealed;		/* tq_fw_seal: complete, not yet renamed */
 };
 
 static uint64_t
@@ -718,21 +719,20 @@ fw_commit_onto(struct tq_filewriter *fw)
 	return rc;
 }
 
-enum tq_status
-tq_fw_commit(struct tq_filewriter *fw)
+/*
+ * A new file's table and header (or superblock, commit 1), written and
+ * synced under its temporary name.
+ */
+static enum tq_status
+fw_seal(struct tq_filewriter *fw)
 {
 	uint8_t hdr[TQ_SUPER_SIZE];
 	uint8_t *table = NULL;
 	uint64_t size = fw->version == TQ_FORMAT_V1 ? TQ_HEADER_SIZE +
 	    (uint64_t)fw->max * TQ_SECTION_ENTRY : TQ_SUPER_SIZE, toff;
 	size_t tlen = (size_t)fw->n * TQ_SECTION_ENTRY, hlen;
-	enum tq_status rc = TQ_OK;
+	enum tq_status rc;
 
-	if (fw->commit) {
-		rc = fw_commit_onto(fw);
-		tq_fw_abort(fw);
-		return rc;
-	}
 	if ((rc = fw_table(fw, &table, &size)) != TQ_OK)
 		goto fail;
 	memset(hdr, 0, sizeof(hdr));
@@ -770,6 +770,40 @@ tq_fw_commit(struct tq_filewriter *fw)
 		rc = tq_fail(TQ_ERR_IO, "fsync: %s", strerror(errno));
 		goto fail;
 	}
+	fw->sealed = 1;
+fail:
+	free(table);
+	return rc;
+}
+
+enum tq_status
+tq_fw_seal(struct tq_filewriter *fw)
+{
+	if (fw->commit || fw->version < 2)
+		return tq_fail(TQ_ERR_ARG, "only a new index file is sealed");
+	if (fw->open >= 0)
+		return tq_fail(TQ_ERR_ARG, "section still open");
+	return fw->sealed ? TQ_OK : fw_seal(fw);
+}
+
+int
+tq_fw_fd(const struct tq_filewriter *fw)
+{
+	return fw->fd;
+}
+
+enum tq_status
+tq_fw_commit(struct tq_filewriter *fw)
+{
+	enum tq_status rc = TQ_OK;
+
+	if (fw->commit) {
+		rc = fw_commit_onto(fw);
+		tq_fw_abort(fw);
+		return rc;
+	}
+	if (!fw->sealed && (rc = fw_seal(fw)) != TQ_OK)
+		goto fail;
 	if (close(fw->fd) == -1) {
 		fw->fd = -1;
 		rc = tq_fail(TQ_ERR_IO, "close: %s", strerror(errno));
@@ -784,7 +818,6 @@ tq_fw_commit(struct tq_filewriter *fw)
 	free(fw->tmp);
 	fw->tmp = NULL;
 fail:
-	free(table);
 	tq_fw_abort(fw);
 	return rc;
 }

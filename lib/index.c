@@ -1231,6 +1231,59 @@ done:
 	return st;
 }
 
+static enum tq_status index_open(const char *path, int fd,
+    struct tq_index **out);
+
+/*
+ * A build's own calibration, made before its file is renamed into place:
+ * the file is sealed under its temporary name, mapped as an index, and
+ * its CALB committed onto it (commit 2), all while the destination still
+ * holds the old file.
+ */
+static enum tq_status
+calibrate_sealed(struct tq_filewriter *fw, const struct tq_build_params *p)
+{
+	const struct tq_calib_params *cp = p->calibrate;
+	struct tq_filewriter *cw = NULL;
+	struct tq_index *ix = NULL;
+	uint8_t *calb = NULL;
+	size_t len;
+	enum tq_status rc;
+
+	if ((rc = tq_fw_seal(fw)) != TQ_OK ||
+	    (rc = index_open(NULL, tq_fw_fd(fw), &ix)) != TQ_OK)
+		return rc;
+	if (cp->min_live > 0 && (ix->originals == TQ_ORIG_NONE ||
+	    ix->live < cp->min_live))
+		goto done;	/* too small to calibrate unasked */
+	if (cp->queries != NULL && cp->nq > 0 && cp->dim != ix->q->dim) {
+		rc = tq_fail(TQ_ERR_MISMATCH, "calibration queries of "
+		    "dimension %u, the index has %u", cp->dim, ix->q->dim);
+		goto done;
+	}
+	if (p->progress != NULL)
+		p->progress(p->progress_arg, "calibrating", 0, 0);
+	if ((rc = tq_calib_compute(ix, cp, &calb, &len)) != TQ_OK ||
+	    (rc = tq_fault_point("calibrated")) != TQ_OK ||
+	    (rc = tq_fw_open_commit(tq_fw_fd(fw), &ix->file, &cw)) != TQ_OK)
+		goto done;
+	for (uint32_t i = 0; i < ix->file.nsections; i++)
+		if ((rc = tq_fw_keep(cw, &ix->file.sec[i])) != TQ_OK)
+			break;
+	if (rc != TQ_OK ||
+	    (rc = tq_fw_begin(cw, TQ_TAG_CALB)) != TQ_OK ||
+	    (rc = tq_fw_write(cw, calb, len)) != TQ_OK ||
+	    (rc = tq_fw_end(cw)) != TQ_OK) {
+		tq_fw_abort(cw);
+		goto done;
+	}
+	rc = tq_fw_commit(cw);	/* frees cw either way */
+done:
+	free(calb);
+	tq_index_close(ix);
+	return rc;
+}
+
 /*
  * The end of a build or an append with status rc: the output committed
  * (renamed into place) or abandoned, the spool closed, the buffers freed.
@@ -1244,6 +1297,8 @@ build_end(struct build *b, struct source *src, enum tq_status rc)
 		rc = ipar_write(b->fw, b->seg_rows, b->seg_blocks,
 		    b->block_bytes, b->p->originals, b->ivf && b->dups > 1 ?
 		    b->dups : 0, b->p->dup_ratio, 1, b->next_id);
+	if (rc == TQ_OK && !b->in_place && b->p->calibrate != NULL)
+		rc = calibrate_sealed(b->fw, b->p);
 	if (b->in_place)
 		;	/* the caller commits */
 	else if (rc == TQ_OK)

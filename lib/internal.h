@@ -584,6 +584,15 @@ enum tq_status tq_fw_put(struct tq_filewriter *fw, unsigned slot,
     const void *p, size_t n);
 enum tq_status tq_fw_commit(struct tq_filewriter *fw);
 void tq_fw_abort(struct tq_filewriter *fw);
+/*
+ * A new index file made complete under its temporary name (table,
+ * superblock, fsync) but not renamed: tq_fw_fd's descriptor can then be
+ * mapped as an index and committed onto (tq_fw_open_commit) before
+ * tq_fw_commit renames it into place.  A kill before that rename leaves
+ * the destination as it was.  On failure the caller aborts.
+ */
+enum tq_status tq_fw_seal(struct tq_filewriter *fw);
+int tq_fw_fd(const struct tq_filewriter *fw);
 /* Sections begun or reserved from now on belong to `part` (version 2). */
 void tq_fw_set_part(struct tq_filewriter *fw, uint32_t part);
 

@@ -496,6 +496,8 @@ enum tq_factors {
 	TQ_FACTORS_F32 = 2
 };
 
+struct tq_calib_params;
+
 struct tq_build_params {
 	enum tq_originals originals;	/* default TQ_ORIG_F32 */
 	unsigned threads;		/* 0 = all cores; output never depends on it */
@@ -545,6 +547,18 @@ struct tq_build_params {
 	 * index writes the layout of its last segment.
 	 */
 	enum tq_factors factors;
+	/*
+	 * A build, or a rewrite into a new file (a compaction, an append to
+	 * another output or past max_segments): with calibrate set, the
+	 * new file is calibrated (tq_index_calibrate, CALB) before it is
+	 * renamed into place, so the destination is at every instant the
+	 * old file or the whole calibrated new one.  A calibration that
+	 * fails fails the build, unless calibrate->min_live is set and the
+	 * index has fewer live rows or no originals: then it has none.
+	 * NULL (the default): no calibration.  An append or a delete
+	 * committed onto the index keeps its calibration.
+	 */
+	const struct tq_calib_params *calibrate;
 };
 #define TQ_MAX_SEGMENTS_DEFAULT 16u
 #define TQ_MAX_SEGMENTS_LIMIT 4096u
@@ -868,6 +882,10 @@ struct tq_calib_params {
 				   live rows are taken */
 	uint64_t seed;		/* the sample's seed */
 	unsigned threads;	/* 0 = all cores */
+	/* A build's own calibration (tq_build_params.calibrate): with
+	   min_live > 0, an index with fewer live rows, or without
+	   originals, is left uncalibrated instead of failing. */
+	uint64_t min_live;
 };
 #define TQ_CALIB_SAMPLE 500u
 #define TQ_CALIB_MIN_ROWS 100u

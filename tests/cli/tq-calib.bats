@@ -1,6 +1,6 @@
 #!/usr/bin/env bats
 # The calibration for tq-search --recall (tq(5) CALB): made by a build
-# that asks (--calibrate-sample, --calibrate),
+# (of 1000 rows or more, with originals) before its file is renamed,
 # used by --recall, reported by --stats and tq-inspect, stale after
 # appends, made again by --recalibrate and --compact.
 
@@ -30,16 +30,49 @@ recall_of() {
 	    "$PY" -c 'import json,sys; print(json.load(sys.stdin)["recall_at_10"])'
 }
 
-@test "a build asked to calibrate is calibrated; one not asked is not" {
+@test "a build is calibrated unless it has no originals, too few rows or --no-calibrate" {
 	"$TQ_BIN/tq-build" -q q.tq -o unasked.tqi c.bin
 	run "$TQ_BIN/tq-inspect" unasked.tqi
-	[[ "$output" != *calibration* ]] || { show; false; }
+	[[ "$output" == *$'\n''calibration 500 queries (rows of the index) at 3000 live rows'* ]] || { show; false; }
+	cmp unasked.tqi flat.tqi
+	"$TQ_BIN/tq-build" -q q.tq --no-calibrate -o off.tqi c.bin
+	"$TQ_BIN/tq-build" -q q.tq --originals none -o none.tqi c.bin
+	"$TQ_BIN/tq-cat" --rows :999 -o c999.bin c.bin
+	"$TQ_BIN/tq-build" -q q.tq -o few.tqi c999.bin
+	for f in off none few; do
+		run "$TQ_BIN/tq-inspect" $f.tqi
+		[[ "$output" != *calibration* ]] || { show; false; }
+	done
+	# Asked, a build with too few rows fails and writes nothing.
+	"$TQ_BIN/tq-cat" --rows :80 -o c80.bin c.bin
+	run --separate-stderr "$TQ_BIN/tq-build" -q q.tq --calibrate-sample 20 -o asked.tqi c80.bin
+	assert_fail1 tq-build
+	[ ! -e asked.tqi ]
+	run --separate-stderr "$TQ_BIN/tq-build" -q q.tq --originals none --calibrate-sample 20 -o asked.tqi c.bin
+	assert_fail1 tq-build
+	assert_equal "$stderr" "tq-build: asked.tqi: calibration needs originals, and the index has none"
 	run "$TQ_BIN/tq-inspect" flat.tqi
 	assert_status 0
 	[[ "$output" == *$'\n''calibration 500 queries (rows of the index) at 3000 live rows, k 1,10,100, '*' settings measured'$'\n'* ]] || { show; false; }
 	run "$TQ_BIN/tq-inspect" --json ivf.tqi
 	[[ "$output" == *'"calibration":{"source":"rows","queries":500,"live":3000,"k":[1,10,100],"settings":'*',"stale":false}'* ]] || { show; false; }
 	"$TQ_BIN/tq-inspect" --verify flat.tqi >/dev/null
+}
+
+@test "a build killed while it calibrates leaves the old file; one that finishes is calibrated" {
+	mkdir -p kill && cd kill
+	"$TQ_BIN/tq-build" -q ../q.tq --no-calibrate -o k.tqi ../more.bin
+	cp k.tqi ../old.tqi
+	for point in written calibrated table synced slot; do
+		st=0
+		TQ_TEST_CRASH=$point "$TQ_BIN/tq-build" -q ../q.tq -o k.tqi ../c.bin 2>/dev/null || st=$?
+		[ "$st" -eq 137 ] || { echo "$point: exit $st"; false; }
+		cmp k.tqi ../old.tqi
+		rm -f .k.tqi.tmp.*
+	done
+	"$TQ_BIN/tq-build" -q ../q.tq -o k.tqi ../c.bin
+	cmp k.tqi ../flat.tqi
+	assert_only_files . k.tqi
 }
 
 @test "--recall reaches its target on held-out queries, flat and IVF" {
@@ -140,6 +173,11 @@ recall_of() {
 	cmp fresh.tqi grown.tqi
 	run "$TQ_BIN/tq-inspect" grown.tqi
 	[[ "$output" == *"at 3100 live rows"* ]] || { show; false; }
+	# Unasked, the same: a compaction calibrates as a build does.
+	cp ivf.tqi grown2.tqi
+	"$TQ_BIN/tq-build" --append grown2.tqi more.bin
+	"$TQ_BIN/tq-build" --compact grown2.tqi
+	cmp fresh.tqi grown2.tqi
 }
 
 @test "--calibrate takes the user's queries; --recalibrate -o writes elsewhere" {

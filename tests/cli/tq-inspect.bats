@@ -168,7 +168,8 @@ section_offset() { tq sections "$1" | awk -v t="$2" '$1 == t { print $2 }'; }
 corruption_matrix() {
 	mkfix big.bin 64 1000 71 --clusters 8
 	mkfix q64.bin 64 3 72
-	"$TQ_BIN/tq-build" --originals f16 "$@" -o big.tqi big.bin
+	# One commit: a cut inside a second one would leave the first, whole.
+	"$TQ_BIN/tq-build" --originals f16 --no-calibrate "$@" -o big.tqi big.bin
 	"$TQ_BIN/tq-inspect" --json big.tqi > info.json
 	mkdir cuts flips
 	"$PY" - big.tqi info.json <<'PY'
