@@ -188,6 +188,8 @@ struct build {
 	size_t chunk;		/* rows per chunk, a multiple of 32 */
 	size_t block_bytes;
 	float *x;
+	float *x2;		/* the chunk read ahead (build_run), or NULL */
+	struct tq_ahead ahead;
 	uint8_t *codes;		/* chunk * dim unpacked codes */
 	float *factors;		/* chunk * 3 */
 	uint16_t *rho;		/* chunk f16 rho of the encoded rows */
@@ -264,7 +266,9 @@ struct build {
 static void
 build_free(struct build *b)
 {
+	tq_ahead_cancel(&b->ahead);
 	free(b->x);
+	free(b->x2);
 	free(b->codes);
 	free(b->factors);
 	free(b->rho);
@@ -1475,14 +1479,45 @@ flat_emit(struct build *b, const char *path, uint64_t n)
 	return TQ_OK;
 }
 
+/* What fill_chunk reads from. */
+struct fill {
+	struct source *src;
+	int open_end;
+};
+
+/*
+ * One chunk of up to max rows into buf.  A stream of unknown length is
+ * read until the chunk is full or the stream ends, so that every chunk
+ * but the last is whole (the spooled blocks are final); a counted one
+ * in one read, whose shortfall the caller reports as a truncation.
+ */
+static enum tq_status
+fill_chunk(void *arg, void *buf, size_t max, size_t *got)
+{
+	const struct fill *f = arg;
+	float *x = buf;
+	size_t more;
+
+	TQ_TRY(source_read(f->src, x, max, got));
+	while (f->open_end && *got > 0 && *got < max) {
+		TQ_TRY(source_read(f->src, x + *got * f->src->dim,
+		    max - *got, &more));
+		if (more == 0)
+			break;
+		*got += more;
+	}
+	return TQ_OK;
+}
+
 static enum tq_status
 build_run(struct build *b, struct source *src, const char *path)
 {
 	uint64_t n, row = 0;
 	unsigned threads = b->p->threads ? b->p->threads : tq_ncpu();
-	size_t got;
+	size_t got, want;
 	int64_t claimed = -1;
-	int open_end;
+	int open_end, ahead;
+	struct fill fill;
 
 	/*
 	 * A flat index's sections are sized before its first row.  A stream
@@ -1520,27 +1555,47 @@ build_run(struct build *b, struct source *src, const char *path)
 		b->fspool = 1;
 	}
 
+	/*
+	 * The next chunk is read on a second thread while this one is
+	 * encoded (ahead.c), but for labelled input: its labels are taken
+	 * from the reader as each chunk's rows are numbered.
+	 */
+	fill.src = src;
+	fill.open_end = open_end;
+	ahead = src->lab == NULL;
+	if (ahead && (b->x2 = tq_mallocarray(b->chunk, (size_t)b->q->dim *
+	    sizeof(float))) == NULL)
+		ahead = 0;
+	want = n < b->chunk ? (size_t)n : b->chunk;
+	if (ahead)
+		tq_ahead_start(&b->ahead, fill_chunk, &fill, b->x2, want);
 	while (row < n) {
-		size_t want = n - row < b->chunk ? (size_t)(n - row) : b->chunk;
+		float *t;
+		enum tq_status rc;
 
-		TQ_TRY(source_read(src, b->x, want, &got));
+		want = n - row < b->chunk ? (size_t)(n - row) : b->chunk;
+		if (ahead) {
+			TQ_TRY(tq_ahead_wait(&b->ahead, &got));
+			t = b->x;
+			b->x = b->x2;
+			b->x2 = t;
+		} else {
+			TQ_TRY(fill_chunk(&fill, b->x, want, &got));
+		}
 		if (got == 0 && open_end)
 			break;
 		if (got < want && !open_end)
 			return tq_fail(TQ_ERR_FORMAT, "truncated: expected "
 			    "%llu rows, got %llu", (unsigned long long)n,
 			    (unsigned long long)(row + got));
-		/* Whole chunks but the last: the spooled blocks are final. */
-		while (open_end && got < want) {
-			size_t more;
-
-			TQ_TRY(source_read(src, b->x + got * b->q->dim,
-			    want - got, &more));
-			if (more == 0)
-				break;
-			got += more;
+		if (ahead && row + got < n)
+			tq_ahead_start(&b->ahead, fill_chunk, &fill, b->x2,
+			    n - row - got < b->chunk ?
+			    (size_t)(n - row - got) : b->chunk);
+		if ((rc = write_chunk(b, got, row, threads)) != TQ_OK) {
+			tq_ahead_cancel(&b->ahead);
+			return rc;
 		}
-		TQ_TRY(write_chunk(b, got, row, threads));
 		row += got;
 		if (b->p->progress != NULL)
 			b->p->progress(b->p->progress_arg, "reading", row,

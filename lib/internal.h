@@ -6,6 +6,7 @@
 #ifndef TQ_INTERNAL_H
 #define TQ_INTERNAL_H
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stddef.h>
@@ -104,6 +105,29 @@ static inline float tq_f16_to_f32(uint16_t h)
 	memcpy(&f, &u, 4);
 	return f;
 }
+
+/* ------------------------------------------------------------------------ */
+/* Reading ahead on a second thread (ahead.c)                                */
+
+/* Fills buf with at most max rows; *got = the rows read. */
+typedef enum tq_status (*tq_fill_fn)(void *arg, void *buf, size_t max,
+    size_t *got);
+struct tq_ahead {
+	pthread_t tid;
+	int running, pending;
+	tq_fill_fn fill;
+	void *arg, *buf;
+	size_t max, got;
+	enum tq_status rc;
+	char detail[512];	/* the filling thread's tq_errdetail() */
+};
+/* Starts fill(arg, buf, max) on a thread (inline if none can start). */
+void tq_ahead_start(struct tq_ahead *a, tq_fill_fn fill, void *arg,
+    void *buf, size_t max);
+/* Waits for it: its status, with its detail; *got its rows. */
+enum tq_status tq_ahead_wait(struct tq_ahead *a, size_t *got);
+/* Waits for it and drops its result (the caller failed meanwhile). */
+void tq_ahead_cancel(struct tq_ahead *a);
 
 /* ------------------------------------------------------------------------ */
 /* Checked arithmetic: return 0 on success, nonzero on overflow.             */
