@@ -38,6 +38,8 @@ static const uint32_t grid_k[] = { 1, 10, 100 };
  * never come.  Targets above it can then go unreached.
  */
 #define SATURATED 0.999
+/* ... or gains less than this from one probes value to the next, twice. */
+#define PLATEAU 0.0005
 
 struct calview {
 	unsigned source;
@@ -328,11 +330,9 @@ rows_next(void *arg, float *x, size_t max, size_t *got,
 			float *o = x + n * dim;
 
 			if (ix->originals == TQ_ORIG_F16) {
-				const uint8_t *h = p->orig + 2 * dim * s->r;
-
-				for (d = 0; d < dim; d++)
-					o[d] = tq_f16_to_f32(rd_le16(h + 2 *
-					    (size_t)d));
+				/* The kernels' conversion: exact, vectorised. */
+				tq_kernels()->f16(p->orig + 2 * (size_t)dim *
+				    s->r, dim, o);
 			} else {
 				const uint8_t *f = p->orig + 4 * (size_t)dim *
 				    s->r;
@@ -409,26 +409,39 @@ sample_rows(const struct tq_index *ix, uint32_t m, uint64_t seed,
 	return at == m ? TQ_OK : tq_fail(TQ_ERR_FORMAT, "live rows miscounted");
 }
 
-/* The probes grid of an IVF index: about sqrt(2) apart, then all lists. */
+/*
+ * The probes grid of an IVF index: about sqrt(2) apart up to
+ * max(PROBES_MIN, nlist / PROBES_DIV) lists, and all lists when that is
+ * all of them.  A search of more than a 32nd of the lists is nearly a
+ * flat scan; measured at 10M rows and 3162 lists, a grid up to all
+ * lists cost the calibration more than a quarter of an hour.
+ */
+#define PROBES_MIN 64u
+#define PROBES_DIV 32u
 static uint32_t
 probes_grid(uint32_t nlist, uint32_t *p)
 {
 	static const uint32_t a[] = { 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48 };
-	uint32_t n = 0, v;
+	uint32_t n = 0, v, cap = nlist / PROBES_DIV;
 	size_t i;
 
 	if (nlist == 0) {
 		p[0] = 0;
 		return 1;
 	}
-	for (i = 0; i < sizeof(a) / sizeof(a[0]) && a[i] < nlist; i++)
+	if (cap < PROBES_MIN)
+		cap = PROBES_MIN;
+	for (i = 0; i < sizeof(a) / sizeof(a[0]) && a[i] < nlist &&
+	    a[i] <= cap; i++)
 		p[n++] = a[i];
-	for (v = 64; v < nlist && n + 1 < TQ_CALB_MAXP; v *= 2) {
+	for (v = 64; v < nlist && v <= cap && n + 1 < TQ_CALB_MAXP; v *= 2) {
 		p[n++] = v;
-		if (v + v / 2 < nlist && n + 1 < TQ_CALB_MAXP)
+		if (v + v / 2 < nlist && v + v / 2 <= cap &&
+		    n + 1 < TQ_CALB_MAXP)
 			p[n++] = v + v / 2;
 	}
-	p[n++] = nlist;
+	if (nlist <= cap)
+		p[n++] = nlist;
 	return n;
 }
 
@@ -635,7 +648,8 @@ tq_calib_compute(const struct tq_index *ix, const struct tq_calib_params *cp,
 	struct calrun c;
 	uint32_t probes[TQ_CALB_MAXP], np, nk = 0, ks[NK], ki, pi, oi, m;
 	uint32_t dim = ix->q->dim, kt;
-	int sat;
+	int sat, flat;
+	double prev;
 	uint64_t *rows = NULL, *self = NULL, *truth = NULL;
 	uint32_t *tlen = NULL;
 	float *qv = NULL;
@@ -732,9 +746,11 @@ tq_calib_compute(const struct tq_index *ix, const struct tq_calib_params *cp,
 		    grid_over[oi]);
 	/*
 	 * The probes stop after two values whose every k reached a mean
-	 * recall of SATURATED: more lists would cost more for less.
+	 * recall of SATURATED, or that each gained less than PLATEAU on the
+	 * value before: more lists would cost more for less.
 	 */
-	for (pi = 0, sat = 0; pi < np && sat < 2; pi++) {
+	for (pi = 0, sat = 0, flat = 0, prev = -1.0; pi < np && sat < 2 &&
+	    flat < 2; pi++) {
 		double best;
 
 		if ((rc = measure(&c, ks, nk, probes[pi], out +
@@ -743,6 +759,8 @@ tq_calib_compute(const struct tq_index *ix, const struct tq_calib_params *cp,
 		    &best)) != TQ_OK)
 			goto done;
 		sat = best >= SATURATED ? sat + 1 : 0;
+		flat = prev >= 0.0 && best - prev < PLATEAU ? flat + 1 : 0;
+		prev = best;
 	}
 	*buf = out;
 	*len = L;
