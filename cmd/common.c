@@ -438,6 +438,8 @@ show_progress(void *arg, const char *step, uint64_t done, uint64_t total)
 	} else if (strcmp(step, "k-means") == 0)
 		progress("k-means: iteration %llu of at most %llu",
 		    (unsigned long long)done + 1, (unsigned long long)total);
+	else if (total == 0)
+		progress("%s", step);	/* a step without a count */
 	else
 		progress("%s: %llu of %llu", step, (unsigned long long)done,
 		    (unsigned long long)total);
