@@ -305,9 +305,8 @@ rows_next(void *arg, float *x, size_t max, size_t *got,
 {
 	struct rowsrc *s = arg;
 	const struct tq_index *ix = s->ix;
-	uint32_t dim = ix->q->dim, d;
+	uint32_t dim = ix->q->dim;
 	size_t n = 0;
-
 	size_t rb = (size_t)dim * (ix->originals == TQ_ORIG_F16 ? 2 : 4);
 
 	if (s->rowid == NULL &&
@@ -327,19 +326,8 @@ rows_next(void *arg, float *x, size_t max, size_t *got,
 			s->lo = p->orig + rb * s->r;
 		s->hi = p->orig + rb * (s->r + 1);
 		if (!tq_part_dead(p, s->r)) {
-			float *o = x + n * dim;
-
-			if (ix->originals == TQ_ORIG_F16) {
-				/* The kernels' conversion: exact, vectorised. */
-				tq_kernels()->f16(p->orig + 2 * (size_t)dim *
-				    s->r, dim, o);
-			} else {
-				const uint8_t *f = p->orig + 4 * (size_t)dim *
-				    s->r;
-
-				for (d = 0; d < dim; d++)
-					o[d] = rd_lef32(f + 4 * (size_t)d);
-			}
+			tq_orig_row(tq_kernels(), ix->originals, p->orig +
+			    rb * s->r, dim, x + n * dim);
 			s->rowid[n++] = p->row0 + s->r;
 		}
 		s->r++;
@@ -354,13 +342,10 @@ static void
 row_vector(const struct tq_index *ix, uint64_t r, float *o)
 {
 	const struct tq_part *p = tq_part_of_row(ix, r);
-	uint32_t dim = ix->q->dim, d;
-	uint64_t lr = r - p->row0;
+	uint32_t dim = ix->q->dim;
 
-	for (d = 0; d < dim; d++)
-		o[d] = ix->originals == TQ_ORIG_F16 ?
-		    tq_f16_to_f32(rd_le16(p->orig + 2 * ((size_t)dim * lr + d))) :
-		    rd_lef32(p->orig + 4 * ((size_t)dim * lr + d));
+	tq_orig_row(tq_kernels(), ix->originals, p->orig + (r - p->row0) *
+	    dim * (ix->originals == TQ_ORIG_F16 ? 2 : 4), dim, o);
 }
 
 static int

@@ -1085,6 +1085,22 @@ struct tq_kernels {
 const struct tq_kernels *tq_kernels(void);
 
 /*
+ * A stored original (tq(5) ORIG: dim f32 or f16, little-endian) at src as
+ * floats, f16 through the kernels' exact conversion k->f16.
+ */
+static inline void
+tq_orig_row(const struct tq_kernels *k, enum tq_originals o,
+    const uint8_t *src, uint32_t dim, float *out)
+{
+	if (o == TQ_ORIG_F16) {
+		k->f16(src, dim, out);
+		return;
+	}
+	for (uint32_t d = 0; d < dim; d++)
+		out[d] = rd_lef32(src + 4 * (size_t)d);
+}
+
+/*
  * The exact key of query vector qv against row x, higher better (l2: minus
  * the squared distance), summed in double: coordinate d in lane d % 8,
  * the eight lanes added pairwise at the end.  Ground truth and re-rank

@@ -273,15 +273,9 @@ row_vector(const struct tq_index *ix, const struct tq_part *p, uint64_t r,
 	const float *fs;
 	enum tq_status st;
 
-	if (ix->originals == TQ_ORIG_F32) {
-		for (size_t j = 0; j < d; j++)
-			vec[j] = rd_lef32(p->orig + (r * d + j) * 4);
-		return TQ_OK;
-	}
-	if (ix->originals == TQ_ORIG_F16) {
-		for (size_t j = 0; j < d; j++)
-			vec[j] = tq_f16_to_f32(rd_le16(p->orig +
-			    (r * d + j) * 2));
+	if (ix->originals != TQ_ORIG_NONE) {
+		tq_orig_row(tq_kernels(), ix->originals, p->orig + r * d *
+		    (ix->originals == TQ_ORIG_F16 ? 2 : 4), (uint32_t)d, vec);
 		return TQ_OK;
 	}
 	un = malloc(d);

@@ -932,21 +932,9 @@ scan_range_multi(struct worker *w, const struct tq_lut *t, size_t i,
 static float
 exact_key(const struct ctx *c, struct worker *w, const float *qv, uint64_t r)
 {
-	const struct tq_index *ix = c->ix;
-	uint32_t d, dim = c->dim;
-	const float *x;
-
-	if (ix->originals == TQ_ORIG_F16) {
-		c->kern->f16(row_orig(c, r), dim, w->row);
-		x = w->row;
-	} else {
-		const uint8_t *p = row_orig(c, r);
-
-		for (d = 0; d < dim; d++)
-			w->row[d] = rd_lef32(p + 4 * (size_t)d);
-		x = w->row;
-	}
-	return tq_exact_key(c->metric, qv, x, dim);
+	tq_orig_row(c->kern, c->ix->originals, row_orig(c, r), c->dim,
+	    w->row);
+	return tq_exact_key(c->metric, qv, w->row, c->dim);
 }
 
 /*
