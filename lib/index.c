@@ -1238,6 +1238,26 @@ done:
 static enum tq_status index_open(const char *path, int fd,
     struct tq_index **out);
 
+/* The CALB section of ix by cp (calib.c), the queries checked first. */
+static enum tq_status
+calib_make(const struct tq_index *ix, const struct tq_calib_params *cp,
+    uint8_t **calb, size_t *len)
+{
+	if (cp->queries != NULL && cp->nq > 0 && cp->dim != ix->q->dim)
+		return tq_fail(TQ_ERR_MISMATCH, "calibration queries of "
+		    "dimension %u, the index has %u", cp->dim, ix->q->dim);
+	return tq_calib_compute(ix, cp, calb, len);
+}
+
+/* Appends the CALB section calb to fw. */
+static enum tq_status
+calb_write(struct tq_filewriter *fw, const uint8_t *calb, size_t len)
+{
+	TQ_TRY(tq_fw_begin(fw, TQ_TAG_CALB));
+	TQ_TRY(tq_fw_write(fw, calb, len));
+	return tq_fw_end(fw);
+}
+
 /*
  * A build's own calibration, made before its file is renamed into place:
  * the file is sealed under its temporary name, mapped as an index, and
@@ -1260,24 +1280,16 @@ calibrate_sealed(struct tq_filewriter *fw, const struct tq_build_params *p)
 	if (cp->min_live > 0 && (ix->originals == TQ_ORIG_NONE ||
 	    ix->live < cp->min_live))
 		goto done;	/* too small to calibrate unasked */
-	if (cp->queries != NULL && cp->nq > 0 && cp->dim != ix->q->dim) {
-		rc = tq_fail(TQ_ERR_MISMATCH, "calibration queries of "
-		    "dimension %u, the index has %u", cp->dim, ix->q->dim);
-		goto done;
-	}
 	if (p->progress != NULL)
 		p->progress(p->progress_arg, "calibrating", 0, 0);
-	if ((rc = tq_calib_compute(ix, cp, &calb, &len)) != TQ_OK ||
+	if ((rc = calib_make(ix, cp, &calb, &len)) != TQ_OK ||
 	    (rc = tq_fault_point("calibrated")) != TQ_OK ||
 	    (rc = tq_fw_open_commit(tq_fw_fd(fw), &ix->file, &cw)) != TQ_OK)
 		goto done;
 	for (uint32_t i = 0; i < ix->file.nsections; i++)
 		if ((rc = tq_fw_keep(cw, &ix->file.sec[i])) != TQ_OK)
 			break;
-	if (rc != TQ_OK ||
-	    (rc = tq_fw_begin(cw, TQ_TAG_CALB)) != TQ_OK ||
-	    (rc = tq_fw_write(cw, calb, len)) != TQ_OK ||
-	    (rc = tq_fw_end(cw)) != TQ_OK) {
+	if (rc != TQ_OK || (rc = calb_write(cw, calb, len)) != TQ_OK) {
 		tq_fw_abort(cw);
 		goto done;
 	}
@@ -1446,6 +1458,13 @@ done:
 	return rc;
 }
 
+/* The rows of the chunk that starts at row of n. */
+static size_t
+chunk_rows(const struct build *b, uint64_t n, uint64_t row)
+{
+	return n - row < b->chunk ? (size_t)(n - row) : b->chunk;
+}
+
 /*
  * A flat build from a stream of unknown length: the n rows' chunks, as
  * fspool_chunk wrote them (every chunk but the last whole), into the
@@ -1460,7 +1479,7 @@ flat_emit(struct build *b, const char *path, uint64_t n)
 	b->fspool = 0;
 	TQ_TRY(open_output(b, path, n));
 	for (uint64_t row = 0; row < n; row += b->chunk) {
-		size_t rows = n - row < b->chunk ? (size_t)(n - row) : b->chunk;
+		size_t rows = chunk_rows(b, n, row);
 		unsigned slot[5] = { b->s_code, b->s_fact, b->s_ids, b->s_wdth,
 		    b->s_orig };
 		void *part[5];
@@ -1566,14 +1585,14 @@ build_run(struct build *b, struct source *src, const char *path)
 	if (ahead && (b->x2 = tq_mallocarray(b->chunk, (size_t)b->q->dim *
 	    sizeof(float))) == NULL)
 		ahead = 0;
-	want = n < b->chunk ? (size_t)n : b->chunk;
 	if (ahead)
-		tq_ahead_start(&b->ahead, fill_chunk, &fill, b->x2, want);
+		tq_ahead_start(&b->ahead, fill_chunk, &fill, b->x2,
+		    chunk_rows(b, n, 0));
 	while (row < n) {
 		float *t;
 		enum tq_status rc;
 
-		want = n - row < b->chunk ? (size_t)(n - row) : b->chunk;
+		want = chunk_rows(b, n, row);
 		if (ahead) {
 			TQ_TRY(tq_ahead_wait(&b->ahead, &got));
 			t = b->x;
@@ -1590,8 +1609,7 @@ build_run(struct build *b, struct source *src, const char *path)
 			    (unsigned long long)(row + got));
 		if (ahead && row + got < n)
 			tq_ahead_start(&b->ahead, fill_chunk, &fill, b->x2,
-			    n - row - got < b->chunk ?
-			    (size_t)(n - row - got) : b->chunk);
+			    chunk_rows(b, n, row + got));
 		if ((rc = write_chunk(b, got, row, threads)) != TQ_OK) {
 			tq_ahead_cancel(&b->ahead);
 			return rc;
@@ -2695,14 +2713,8 @@ tq_index_calibrate(const char *path, const struct tq_calib_params *cp,
 		tq_calib_params_default(&dp);
 		cp = &dp;
 	}
-	if ((rc = mut_open(path, out, &bp, 0, &m)) != TQ_OK)
-		goto done;
-	if (cp->queries != NULL && cp->nq > 0 && cp->dim != m.ix->q->dim) {
-		rc = tq_fail(TQ_ERR_MISMATCH, "calibration queries of "
-		    "dimension %u, the index has %u", cp->dim, m.ix->q->dim);
-		goto done;
-	}
-	if ((rc = tq_calib_compute(m.ix, cp, &calb, &len)) != TQ_OK)
+	if ((rc = mut_open(path, out, &bp, 0, &m)) != TQ_OK ||
+	    (rc = calib_make(m.ix, cp, &calb, &len)) != TQ_OK)
 		goto done;
 	onto = m.same && m.ix->file.version >= 2;
 	if (!onto && (rc = tq_file_verify(path)) != TQ_OK)
@@ -2715,9 +2727,7 @@ tq_index_calibrate(const char *path, const struct tq_calib_params *cp,
 	if (rc != TQ_OK)
 		goto done;
 	if ((rc = mut_keep(&m, fw, !onto)) != TQ_OK ||
-	    (rc = tq_fw_begin(fw, TQ_TAG_CALB)) != TQ_OK ||
-	    (rc = tq_fw_write(fw, calb, len)) != TQ_OK ||
-	    (rc = tq_fw_end(fw)) != TQ_OK ||
+	    (rc = calb_write(fw, calb, len)) != TQ_OK ||
 	    (rc = mut_ipar(&m, fw, 0, 0, 0, 0)) != TQ_OK) {
 		tq_fw_abort(fw);
 		goto done;
