@@ -257,31 +257,27 @@ struct calib {
 	const char *queries;	/* --calibrate */
 	uint32_t sample;	/* --calibrate-sample */
 	int off;		/* --no-calibrate */
-	float *q;		/* --calibrate's rows, once read */
+	float *q;		/* --calibrate's rows, read by calib_params */
 	struct tq_calib_params cp;
 };
 
-static int
-calib_asked(const struct calib *cal)
-{
-	return cal->queries != NULL || cal->sample != 0;
-}
-
 /*
  * cal->cp for an index of dimension dim and the given originals, read and
- * checked before any work; NULL when no calibration is to be made.  where
- * names the index (or output) for the diagnostics.
+ * checked before any work; NULL when no calibration is to be made.  A
+ * calibration asked for (always, --calibrate, --calibrate-sample) must be
+ * made; an unasked one only where it can.  where names the index (or
+ * output) for the diagnostics.  Called once a run.
  */
 static const struct tq_calib_params *
 calib_params(struct calib *cal, uint32_t dim, enum tq_originals orig,
-    const struct tq_build_params *bp, const char *where)
+    const struct tq_build_params *bp, const char *where, int always)
 {
 	struct tq_calib_params *cp = &cal->cp;
+	int asked = always || cal->queries != NULL || cal->sample != 0;
 	enum tq_status st;
-	uint32_t qdim;
 	size_t nq;
 
-	if (cal->off || (!calib_asked(cal) && orig == TQ_ORIG_NONE))
+	if (cal->off || (!asked && orig == TQ_ORIG_NONE))
 		return NULL;
 	if (orig == TQ_ORIG_NONE)
 		die("%s: calibration needs originals, and the index has none",
@@ -289,25 +285,21 @@ calib_params(struct calib *cal, uint32_t dim, enum tq_originals orig,
 	tq_calib_params_default(cp);
 	cp->sample = cal->sample;
 	cp->threads = bp->threads;
-	cp->min_live = calib_asked(cal) ? 0 : CALIB_MIN;
+	cp->min_live = asked ? 0 : CALIB_MIN;
 	if (cal->queries != NULL) {
-		if (cal->q == NULL) {
-			progress("reading calibration queries");
-			if ((st = tq_read_all(cal->queries, "test", &cal->q,
-			    &qdim, &nq)) != TQ_OK)
-				die_status(st, in_name(cal->queries));
-			progress_done();
-			if (qdim != dim)
-				die("%s: calibration queries of dimension %u, "
-				    "the index has %u", in_name(cal->queries),
-				    qdim, dim);
-			if (nq == 0)
-				die("%s: no calibration queries",
-				    in_name(cal->queries));
-			cp->nq = nq;
-		}
+		progress("reading calibration queries");
+		if ((st = tq_read_all(cal->queries, "test", &cal->q, &cp->dim,
+		    &nq)) != TQ_OK)
+			die_status(st, in_name(cal->queries));
+		progress_done();
+		if (cp->dim != dim)
+			die("%s: calibration queries of dimension %u, the index "
+			    "has %u", in_name(cal->queries), cp->dim, dim);
+		if (nq == 0)
+			die("%s: no calibration queries",
+			    in_name(cal->queries));
 		cp->queries = cal->q;
-		cp->dim = dim;
+		cp->nq = nq;
 	}
 	return cp;
 }
@@ -328,11 +320,7 @@ recalibrate(struct calib *cal, const char *path, const char *out,
 	dim = tq_quantizer_dim(tq_index_quantizer(ix));
 	orig = tq_index_originals(ix);
 	tq_index_close(ix);
-	if (orig == TQ_ORIG_NONE)
-		die("%s: calibration needs originals, and the index has none",
-		    path);
-	cp = calib_params(cal, dim, orig, bp, path);
-	cal->cp.min_live = 0;
+	cp = calib_params(cal, dim, orig, bp, path, 1);
 	progress("calibrating");
 	st = tq_index_calibrate(path, cp, bp, out);
 	progress_done();
@@ -389,7 +377,7 @@ mutate(int mode, const char *delpath, const char *idspath,
 		snprintf(what, sizeof(what), "%llu deleted, ",
 		    (unsigned long long)deleted);
 	} else if (mode == OPT_COMPACT) {
-		bp->calibrate = calib_params(cal, dim, orig, bp, ixpath);
+		bp->calibrate = calib_params(cal, dim, orig, bp, ixpath, 0);
 		if ((st = tq_index_compact(ixpath, bp, out)) != TQ_OK)
 			die_status(st, st == TQ_ERR_CHECKSUM ? ixpath :
 			    blame(st, ixpath, NULL, out));
@@ -401,7 +389,7 @@ mutate(int mode, const char *delpath, const char *idspath,
 		struct tq_ids_reader *ids = NULL;
 
 		/* Used when the append rewrites the index (a fresh build). */
-		bp->calibrate = calib_params(cal, dim, orig, bp, ixpath);
+		bp->calibrate = calib_params(cal, dim, orig, bp, ixpath, 0);
 		if ((st = tq_reader_open(corpus, dataset, &r)) != TQ_OK)
 			die_status(st, in_name(corpus));
 		if (idspath != NULL) {
@@ -651,6 +639,8 @@ main(int argc, char *argv[])
 		usage_error("--shard needs -q: every shard must use the same "
 		    "quantizer");
 	if (mode != 0) {
+		int rc;
+
 		if (qpath != NULL || fitopt || origopt || dupopt)
 			usage_error("--%s keeps the index's quantizer, "
 			    "originals and copies: no -q, -b, -m, -s, "
@@ -664,8 +654,10 @@ main(int argc, char *argv[])
 			    "--compact");
 		if (mode != OPT_APPEND && labpath != NULL)
 			usage_error("--labels goes with a build or --append");
-		return mutate(mode, delpath, idspath, labpath, dataset, &bp,
+		rc = mutate(mode, delpath, idspath, labpath, dataset, &bp,
 		    &cal, out, verbose, argc, argv);
+		free(cal.q);
+		return rc;
 	}
 	if (qpath != NULL && fitopt)
 		usage_error("-q cannot be used with -b, -m, -s, --no-centre or "
@@ -713,7 +705,7 @@ main(int argc, char *argv[])
 		shard_select(corpus, r, idspath, &ids, shard, nshards);
 	open_labels(labpath, r, corpus, &bp);
 	bp.calibrate = calib_params(&cal, tq_quantizer_dim(q), bp.originals,
-	    &bp, out);
+	    &bp, out, 0);
 	if ((st = tq_build(q, r, ids, &bp, out)) != TQ_OK) {
 		labels_failed(st, labpath);
 		die_status(st, blame(st, corpus, idspath, out));
