@@ -64,6 +64,9 @@ setup() {
 	seq 5 9005 | sort -R --random-source=c.bin >ids.txt
 	for o in f32 f16 none; do
 		for idopt in "" "--ids ids.txt"; do
+			# The calibration (a default with originals) once per
+			# precision: it is most of a build's time here.
+			[ -z "$idopt" ] || idopt="$idopt --no-calibrate"
 			# shellcheck disable=SC2086
 			"$TQ_BIN/tq-build" -q q.tq --originals $o $idopt -o ref.tqi \
 			    c.bin

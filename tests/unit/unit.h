@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tq.h"
@@ -68,12 +69,22 @@ static char unit_dir[4096] __attribute__((unused));
 	} \
 } while (0)
 
-/* Runs a test function, naming it when it fails. */
+/*
+ * Runs a test function, naming it when it fails (and printing its wall
+ * time on stderr when TQ_TEST_TIMES is set, to see what a suite spends).
+ */
 #define RUN(fn) do { \
 	int unit_before_ = unit_failed; \
+	struct timespec unit_t0_, unit_t1_; \
+	clock_gettime(CLOCK_MONOTONIC, &unit_t0_); \
 	fn(); \
+	clock_gettime(CLOCK_MONOTONIC, &unit_t1_); \
 	if (unit_failed != unit_before_) \
 		fprintf(stderr, "FAIL %s\n", #fn); \
+	if (getenv("TQ_TEST_TIMES") != NULL) \
+		fprintf(stderr, "time %s %.3f s\n", #fn, \
+		    (double)(unit_t1_.tv_sec - unit_t0_.tv_sec) + \
+		    (double)(unit_t1_.tv_nsec - unit_t0_.tv_nsec) * 1e-9); \
 } while (0)
 
 static __attribute__((unused)) const char *
