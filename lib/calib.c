@@ -208,16 +208,87 @@ entry_cost(const struct tq_index *ix, const uint8_t *e)
 	    (double)rd_lef32(e + 16) * dim * WORIG;
 }
 
+/* The choice so far and the rule that keeps or replaces it. */
+struct chooser {
+	struct tq_recall_choice *out;
+	double thr;			/* target - TQ_RECALL_SLACK */
+	double best_lb;
+	int have;
+};
+
+/*
+ * Offers the setting (probes, o) of mean recall r, standard error se and
+ * cost: reaching (r - Z se >= thr) beats not reaching; among those
+ * reaching, less cost; among those not, a higher lower bound.  Settings
+ * are offered in ascending probes, then oversample, so ties keep the
+ * smaller setting.
+ */
+static void
+offer(struct chooser *c, uint32_t probes, float o, double r, double se,
+    double cost)
+{
+	struct tq_recall_choice *out = c->out;
+	double lb = r - TQ_RECALL_Z * se;
+	int ok = lb >= c->thr - 1e-12;
+
+	if (c->have && (out->reached ? !ok || cost >= out->cost :
+	    !ok && (lb <= c->best_lb || (lb == c->best_lb &&
+	    cost >= out->cost))))
+		return;
+	c->have = 1;
+	c->best_lb = lb;
+	out->reached = ok;
+	out->probes = probes;
+	out->oversample = o;
+	out->recall = r;
+	out->se = se;
+	out->cost = cost;
+}
+
+/*
+ * Between two measured probes values p0 < p1 at one oversample, where p1
+ * reaches and p0 does not: the fewest probes in between whose recall,
+ * standard error and cost interpolated linearly in probes reach, if
+ * fewer than p1.  Lists are probed nearest first, so each further list
+ * adds on average no more of the true neighbours than the one before:
+ * recall is concave in probes and the line between two measurements
+ * lies below it, so the interpolated recall is a lower bound.  Without
+ * this the choice could cost up to the grid's step (about sqrt(2)) more
+ * than the cheapest setting that reaches.
+ */
+static void
+offer_between(struct chooser *c, uint32_t p0, uint32_t p1, float o,
+    const uint8_t *e0, const uint8_t *e1, double c0, double c1)
+{
+	double r0 = rd_lef32(e0), s0 = rd_lef32(e0 + 4);
+	double r1 = rd_lef32(e1), s1 = rd_lef32(e1 + 4);
+	double lb0 = r0 - TQ_RECALL_Z * s0, lb1 = r1 - TQ_RECALL_Z * s1;
+	double t;
+	uint32_t p;
+
+	if (p1 - p0 < 2 || !(lb0 < c->thr && lb1 >= c->thr) || lb1 <= lb0)
+		return;
+	/* The first probes value at or past the crossing. */
+	t = (c->thr - lb0) / (lb1 - lb0);
+	p = p0 + (uint32_t)ceil(t * (double)(p1 - p0) - 1e-9);
+	if (p <= p0)
+		p = p0 + 1;
+	if (p >= p1)
+		return;
+	t = (double)(p - p0) / (double)(p1 - p0);
+	offer(c, p, o, r0 + t * (r1 - r0), s0 + t * (s1 - s0),
+	    c0 + t * (c1 - c0));
+}
+
 enum tq_status
 tq_index_recall_choose(const struct tq_index *ix, uint32_t k, double target,
     struct tq_recall_choice *out)
 {
 	struct calview v;
+	struct chooser c;
 	uint64_t len;
 	const uint8_t *s;
 	uint32_t ki, pi, oi;
-	int have = 0;
-	double best_lb = -1;
 
 	tq_clear_detail();
 	if (ix == NULL || out == NULL)
@@ -232,38 +303,27 @@ tq_index_recall_choose(const struct tq_index *ix, uint32_t k, double target,
 	for (ki = 0; ki + 1 < v.nk && rd_le32(v.k + 4 * (size_t)ki) < k; ki++)
 		;
 	out->k = rd_le32(v.k + 4 * (size_t)ki);
+	memset(&c, 0, sizeof(c));
+	c.out = out;
+	c.thr = target - TQ_RECALL_SLACK;
 	for (pi = 0; pi < v.np; pi++)
 		for (oi = 0; oi < v.no; oi++) {
 			const uint8_t *e = v.ent + TQ_CALB_ENTRY *
 			    (((size_t)ki * v.np + pi) * v.no + oi);
-			double r = rd_lef32(e), se = rd_lef32(e + 4);
-			double lb = r - TQ_RECALL_Z * se, cost;
-			int ok;
+			const uint8_t *e0 = e - TQ_CALB_ENTRY * (size_t)v.no;
+			uint32_t p = rd_le32(v.probes + 4 * (size_t)pi);
+			float o = rd_lef32(v.over + 4 * (size_t)oi);
 
 			if (rd_le32(e + 20) == 0)
 				continue;
-			cost = entry_cost(ix, e);
-			ok = lb >= target - TQ_RECALL_SLACK - 1e-12;
-			/*
-			 * Reaching beats not reaching; among those reaching,
-			 * less cost; among those not, a higher lower bound.
-			 * The grid is walked in ascending probes, then
-			 * oversample, so ties keep the smaller setting.
-			 */
-			if (have && (out->reached ? !ok || cost >= out->cost :
-			    !ok && (lb <= best_lb || (lb == best_lb &&
-			    cost >= out->cost))))
-				continue;
-			have = 1;
-			best_lb = lb;
-			out->reached = ok;
-			out->probes = rd_le32(v.probes + 4 * (size_t)pi);
-			out->oversample = rd_lef32(v.over + 4 * (size_t)oi);
-			out->recall = r;
-			out->se = se;
-			out->cost = cost;
+			if (pi > 0 && rd_le32(e0 + 20) != 0)
+				offer_between(&c, rd_le32(v.probes + 4 *
+				    (size_t)(pi - 1)), p, o, e0, e,
+				    entry_cost(ix, e0), entry_cost(ix, e));
+			offer(&c, p, o, rd_lef32(e), rd_lef32(e + 4),
+			    entry_cost(ix, e));
 		}
-	if (!have)
+	if (!c.have)
 		return tq_fail(TQ_ERR_FORMAT, "section CALB: no setting was "
 		    "measured at k %u", out->k);
 	return TQ_OK;

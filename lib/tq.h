@@ -923,7 +923,11 @@ enum tq_status tq_index_calib_info(const struct tq_index *ix,
  * (the smallest calibrated k >= the k asked, else the largest), those
  * whose mean recall less TQ_RECALL_Z standard errors is at least
  * target - TQ_RECALL_SLACK, the one of least cost (below), ties to
- * fewer probes, then less oversample.  If none
+ * fewer probes, then less oversample.  Also weighed: between two measured
+ * probes values at one oversample, the larger reaching and the smaller
+ * not, the fewest probes in between that reach on the line joining them
+ * (recall, standard error and cost interpolated linearly; tq(5) CALB).
+ * If none
  * reaches it, the one with the highest such lower bound, and reached is
  * 0.  TQ_ERR_ARG for a target out of range, TQ_ERR_EMPTY if the index
  * has no calibration.  probes is 0 for a flat index; oversample 1 means

@@ -110,27 +110,35 @@ read_calb(const char *path, uint64_t *off, uint64_t *len)
 	return b;
 }
 
-/* Every measured entry: the choice is the cheapest that reaches. */
-static void
+/*
+ * Every measured entry: the choice is the cheapest that reaches, a
+ * measured entry or a point on the line between two probes values.
+ * Returns how many choices were such points.
+ */
+static int
 check_choices(const char *path)
 {
+	int interp = 0;
 	struct tq_index *ix;
 	struct tq_recall_choice ch, prev;
 	uint64_t off, len;
 	uint8_t *b = read_calb(path, &off, &len);
-	static const double targets[] = { 0.3, 0.6, 0.8, 0.9, 0.95, 0.99, 1 };
+	double targets[71];
 	uint32_t nk, np, no;
 	double cb;
 
 	CHECK(b != NULL);
 	if (b == NULL)
-		return;
+		return 0;
 	CHECK_OK(tq_index_open(path, &ix));
 	nk = rd_le32(b + 28);
 	np = rd_le32(b + 32);
 	no = rd_le32(b + 36);
 	CHECK(len == 64 + 4 * (nk + np + no) + 24 * (size_t)nk * np * no);
 	cb = (double)tq_code_bytes(tq_index_quantizer(ix));
+	/* 0.3 to 1 in steps of 0.01: some fall between two probes values. */
+	for (size_t t = 0; t < sizeof(targets) / sizeof(targets[0]); t++)
+		targets[t] = 0.3 + 0.01 * (double)t;
 	memset(&prev, 0, sizeof(prev));
 	for (size_t t = 0; t < sizeof(targets) / sizeof(targets[0]); t++) {
 		int found = 0, any = 0;
@@ -164,6 +172,47 @@ check_choices(const char *path)
 					CHECK(fabs(r - ch.recall) < 1e-6);
 				}
 			}
+		if (!found) {
+			/*
+			 * Between two measured probes values at its oversample:
+			 * the line between them at ch.probes, reaching.
+			 */
+			for (uint32_t pi = 1; pi < np && !found; pi++)
+				for (uint32_t oi = 0; oi < no; oi++) {
+					size_t at = 64 + 4 * (size_t)(nk + np + no);
+					const uint8_t *e1 = b + at + 24 * ((1 *
+					    (size_t)np + pi) * no + oi);
+					const uint8_t *e0 = e1 - 24 * (size_t)no;
+					uint32_t p0 = rd_le32(b + 64 + 4 * (nk +
+					    pi - 1)), p1 = rd_le32(b + 64 + 4 *
+					    (nk + pi));
+					double u, r, se;
+
+					if (rd_lef32(b + 64 + 4 * (nk + np +
+					    oi)) != ch.oversample || ch.probes <=
+					    p0 || ch.probes >= p1)
+						continue;
+					u = (double)(ch.probes - p0) / (p1 - p0);
+					r = rd_lef32(e0) + u * (rd_lef32(e1) -
+					    rd_lef32(e0));
+					se = rd_lef32(e0 + 4) + u *
+					    (rd_lef32(e1 + 4) - rd_lef32(e0 + 4));
+					found = 1;
+					CHECK(ch.reached);
+					CHECK(fabs(r - ch.recall) < 1e-6);
+					CHECK(r - TQ_RECALL_Z * se >= targets[t]
+					    - TQ_RECALL_SLACK - 1e-9);
+					/* The step before it does not reach. */
+					u = (double)(ch.probes - 1 - p0) /
+					    (p1 - p0);
+					CHECK(rd_lef32(e0) + u * (rd_lef32(e1) -
+					    rd_lef32(e0)) - TQ_RECALL_Z *
+					    (rd_lef32(e0 + 4) + u * (rd_lef32(e1 +
+					    4) - rd_lef32(e0 + 4))) < targets[t] -
+					    TQ_RECALL_SLACK);
+					interp++;
+				}
+		}
 		CHECK(found);
 		CHECK(any == ch.reached);
 		/* A higher target never costs less while both are reached. */
@@ -180,6 +229,7 @@ check_choices(const char *path)
 	CHECK_ST(tq_index_recall_choose(ix, 10, 1.01, &ch), TQ_ERR_ARG);
 	tq_index_close(ix);
 	free(b);
+	return interp;
 }
 
 static void
@@ -207,6 +257,25 @@ test_flat_and_ivf(void)
 		tq_index_close(ix);
 		check_choices(paths[v]);
 	}
+}
+
+/*
+ * Unclustered rows and 64 lists: recall climbs over many probes, so some
+ * targets fall between two measured probes values, and the choice is
+ * then a point on the line between them.
+ */
+static void
+test_between(void)
+{
+	const char *p = fpath("between.tqi");
+	uint64_t g = 777;
+
+	for (int i = 0; i < (N + 200) * DIM; i++)
+		data[i] = ((float)tq_rand_below(&g, 2001) - 1000.0f) / 400.0f;
+	build(p, 64, TQ_ORIG_F32);
+	CHECK_OK(tq_index_calibrate(p, NULL, NULL, p));
+	CHECK(check_choices(p) > 0);
+	make_data();
 }
 
 /* The same bytes at 1 and 2 threads, and with queries given. */
@@ -374,6 +443,7 @@ main(void)
 	unit_tmpdir();
 	make_data();
 	RUN(test_flat_and_ivf);
+	RUN(test_between);
 	RUN(test_deterministic);
 	RUN(test_stale);
 	RUN(test_refused);
