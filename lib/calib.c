@@ -521,13 +521,13 @@ cands(uint32_t k, float o)
  * One probes value: every (k, oversample) of the grid from one search
  * without re-rank of the most candidates any setting takes, K = k_max *
  * o_max but at most KCAND (plus the query's own row; settings that
- * would take more are left unmeasured).  Its results are ranked by the
- * estimate with float tables; a re-rank of k * o candidates returns, of
- * the true k nearest, exactly those among its candidates (they beat
- * every other candidate), so its recall@k is that of the first k * o
- * results here, and that of a search without re-rank the first k.  The
- * search ranks its candidates by the scan's rounded tables first, so
- * the two can differ at the margin; tq(5) CALB.  Entries go to ent[ki *
+ * would take more are left unmeasured): the scan's best K, re-scored by
+ * the float tables (tq_search_refine 1) and ranked by them.  A re-rank of
+ * k * o candidates returns, of the true k nearest, exactly those among
+ * its candidates (they beat every other candidate), so its recall@k is
+ * that of the first k * o results here, and that of a search without
+ * re-rank the first k.  The search ranks its candidates by the scan's
+ * rounded tables first, so the two can differ at the margin; tq(5) CALB.  Entries go to ent[ki *
  * np * no + oi] (the caller's offset for the probes value); *best is the
  * lowest over k of the best recall over oversample.
  */
@@ -556,8 +556,8 @@ measure(struct calrun *c, const uint32_t *ks, uint32_t nk, uint32_t probes,
 	for (size_t q0 = 0; q0 < c->m; q0 += QBATCH) {
 		size_t nb = c->m - q0 < QBATCH ? c->m - q0 : QBATCH;
 
-		TQ_TRY(tq_search(c->ix, c->qv + q0 * c->ix->q->dim, nb, &sp,
-		    c->ids, c->scores));
+		TQ_TRY(tq_search_refine(c->ix, c->qv + q0 * c->ix->q->dim, nb,
+		    &sp, 1, c->ids, c->scores));
 		rows += (double)st.rows_scanned;
 		for (size_t i = 0; i < nb; i++) {
 			const uint64_t *r = c->ids + i * K;

@@ -1101,6 +1101,14 @@ tq_orig_row(const struct tq_kernels *k, enum tq_originals o,
 }
 
 /*
+ * tq_search with refine * k candidates re-scored by the float tables
+ * when there is no re-rank (tq_search takes 4; search.c).
+ */
+enum tq_status tq_search_refine(const struct tq_index *ix,
+    const float *queries, size_t nq, const struct tq_search_params *p,
+    unsigned refine, uint64_t *ids, float *scores);
+
+/*
  * The exact key of query vector qv against row x, higher better (l2: minus
  * the squared distance), summed in double: coordinate d in lane d % 8,
  * the eight lanes added pairwise at the end.  Ground truth and re-rank
