@@ -527,9 +527,10 @@ cands(uint32_t k, float o)
  * its candidates (they beat every other candidate), so its recall@k is
  * that of the first k * o results here, and that of a search without
  * re-rank the first k.  The search ranks its candidates by the scan's
- * rounded tables first, so the two can differ at the margin; tq(5) CALB.  Entries go to ent[ki *
- * np * no + oi] (the caller's offset for the probes value); *best is the
- * lowest over k of the best recall over oversample.
+ * rounded tables first, so the two can differ at the margin; tq(5) CALB.
+ * Entries go to ent[ki * np * no + oi] (the caller's offset for the
+ * probes value); *best is the lowest over k of the best recall over
+ * oversample.
  */
 static enum tq_status
 measure(struct calrun *c, const uint32_t *ks, uint32_t nk, uint32_t probes,
