@@ -313,15 +313,16 @@ tq_index_recall_choose(const struct tq_index *ix, uint32_t k, double target,
 			const uint8_t *e0 = e - TQ_CALB_ENTRY * (size_t)v.no;
 			uint32_t p = rd_le32(v.probes + 4 * (size_t)pi);
 			float o = rd_lef32(v.over + 4 * (size_t)oi);
+			double cost;
 
 			if (rd_le32(e + 20) == 0)
 				continue;
+			cost = entry_cost(ix, e);
 			if (pi > 0 && rd_le32(e0 + 20) != 0)
 				offer_between(&c, rd_le32(v.probes + 4 *
 				    (size_t)(pi - 1)), p, o, e0, e,
-				    entry_cost(ix, e0), entry_cost(ix, e));
-			offer(&c, p, o, rd_lef32(e), rd_lef32(e + 4),
-			    entry_cost(ix, e));
+				    entry_cost(ix, e0), cost);
+			offer(&c, p, o, rd_lef32(e), rd_lef32(e + 4), cost);
 		}
 	if (!c.have)
 		return tq_fail(TQ_ERR_FORMAT, "section CALB: no setting was "
@@ -367,7 +368,7 @@ rows_next(void *arg, float *x, size_t max, size_t *got,
 	const struct tq_index *ix = s->ix;
 	uint32_t dim = ix->q->dim;
 	size_t n = 0;
-	size_t rb = (size_t)dim * (ix->originals == TQ_ORIG_F16 ? 2 : 4);
+	size_t rb = tq_orig_bytes(ix->originals, dim);
 
 	if (s->rowid == NULL &&
 	    (s->rowid = tq_mallocarray(max, sizeof(*s->rowid))) == NULL)
@@ -405,7 +406,7 @@ row_vector(const struct tq_index *ix, uint64_t r, float *o)
 	uint32_t dim = ix->q->dim;
 
 	tq_orig_row(tq_kernels(), ix->originals, p->orig + (r - p->row0) *
-	    dim * (ix->originals == TQ_ORIG_F16 ? 2 : 4), dim, o);
+	    tq_orig_bytes(ix->originals, dim), dim, o);
 }
 
 static int

@@ -752,8 +752,7 @@ merge_flush(struct build *b, size_t rows)
 static size_t
 orig_bytes(const struct build *b)
 {
-	return b->p->originals == TQ_ORIG_F32 ? 4 * (size_t)b->q->dim :
-	    b->p->originals == TQ_ORIG_F16 ? 2 * (size_t)b->q->dim : 0;
+	return tq_orig_bytes(b->p->originals, b->q->dim);
 }
 
 /*

@@ -1084,6 +1084,14 @@ struct tq_kernels {
 };
 const struct tq_kernels *tq_kernels(void);
 
+/* Bytes of one stored original of dim coordinates (0 without originals). */
+static inline size_t
+tq_orig_bytes(enum tq_originals o, uint32_t dim)
+{
+	return o == TQ_ORIG_F16 ? 2 * (size_t)dim : o == TQ_ORIG_F32 ?
+	    4 * (size_t)dim : 0;
+}
+
 /*
  * A stored original (tq(5) ORIG: dim f32 or f16, little-endian) at src as
  * floats, f16 through the kernels' exact conversion k->f16.

@@ -633,8 +633,8 @@ row_orig(const struct ctx *c, uint64_t r)
 {
 	const struct tq_part *p = tq_part_of_row(c->ix, r);
 
-	return p->orig + (r - p->row0) * c->dim *
-	    (c->ix->originals == TQ_ORIG_F16 ? 2 : 4);
+	return p->orig + (r - p->row0) * tq_orig_bytes(c->ix->originals,
+	    c->dim);
 }
 
 /* Bit j: row 32 blk + j lies in rows [r0, r1) (blk within their blocks). */
@@ -1466,8 +1466,8 @@ out:
 	w->st.candidates += n;
 	w->st.reranked += done;
 	w->st.originals_read += done;
-	w->st.originals_bytes += (uint64_t)done * c->dim *
-	    (c->ix->originals == TQ_ORIG_F16 ? 2 : 4);
+	w->st.originals_bytes += (uint64_t)done *
+	    tq_orig_bytes(c->ix->originals, c->dim);
 	finish_out(w, i);
 	if (c->timed) {
 		w->st.t_refine += tr;
@@ -1501,8 +1501,8 @@ finish(struct worker *w, size_t i, const struct tq_topk *cand,
 	if (c->rerank) {
 		w->st.reranked += cand->len;
 		w->st.originals_read += cand->len;
-		w->st.originals_bytes += (uint64_t)cand->len * c->dim *
-		    (c->ix->originals == TQ_ORIG_F16 ? 2 : 4);
+		w->st.originals_bytes += (uint64_t)cand->len *
+		    tq_orig_bytes(c->ix->originals, c->dim);
 	} else {
 		w->st.refined += cand->len;
 	}
@@ -1676,8 +1676,8 @@ range_finish(struct worker *w, size_t i)
 	if (ix->originals != TQ_ORIG_NONE) {
 		w->st.reranked += w->nhits;
 		w->st.originals_read += w->nhits;
-		w->st.originals_bytes += (uint64_t)w->nhits * c->dim *
-		    (ix->originals == TQ_ORIG_F16 ? 2 : 4);
+		w->st.originals_bytes += (uint64_t)w->nhits *
+		    tq_orig_bytes(ix->originals, c->dim);
 	} else {
 		w->st.refined += w->nhits;
 	}

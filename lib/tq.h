@@ -927,9 +927,8 @@ enum tq_status tq_index_calib_info(const struct tq_index *ix,
  * probes values at one oversample, the larger reaching and the smaller
  * not, the fewest probes in between that reach on the line joining them
  * (recall, standard error and cost interpolated linearly; tq(5) CALB).
- * If none
- * reaches it, the one with the highest such lower bound, and reached is
- * 0.  TQ_ERR_ARG for a target out of range, TQ_ERR_EMPTY if the index
+ * If none reaches it, the one with the highest such lower bound, and
+ * reached is 0.  TQ_ERR_ARG for a target out of range, TQ_ERR_EMPTY if the index
  * has no calibration.  probes is 0 for a flat index; oversample 1 means
  * no re-rank.
  */
