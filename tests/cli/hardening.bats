@@ -17,10 +17,7 @@ load helpers
 
 # Kills per program (three programs); 20 under the sanitizers, whose
 # builds now also calibrate, several times slower, on every kill.
-case $TQ_BIN in
-*asan*)	KILLS=${TQ_KILLS:-20} ;;
-*)	KILLS=${TQ_KILLS:-40} ;;
-esac
+if sanitized; then KILLS=${TQ_KILLS:-20}; else KILLS=${TQ_KILLS:-40}; fi
 
 setup_file() {
 	local F=$BATS_FILE_TMPDIR
@@ -180,12 +177,8 @@ hostile() {
 	return $bad
 }
 
-asan_build() {
-	grep -q __asan_init "$TQ_BIN/tq-inspect" 2>/dev/null
-}
-
 @test "hostile headers are refused before allocating (ulimit -v 1 GiB)" {
-	asan_build && skip "the sanitizers reserve terabytes of address space"
+	sanitized && skip "the sanitizers reserve terabytes of address space"
 	local M="$BATS_TEST_DIRNAME/../malformed"
 	# One commit, so that a damaged slot 0 leaves no other to read.
 	"$TQ_BIN/tq-build" -q "$F/q.tq" --no-calibrate -o "$F/one.tqi" "$F/c.bin"
@@ -217,7 +210,7 @@ PY
 }
 
 @test "the 1 GiB limit is real: a valid search runs under it" {
-	asan_build && skip "the sanitizers reserve terabytes of address space"
+	sanitized && skip "the sanitizers reserve terabytes of address space"
 	run bash -c "ulimit -v 1048576; exec '$TQ_BIN/tq-search' -k 3 -i '$F/q.bin' '$F/ref.tqi'"
 	assert_status 0
 	[ "${#lines[@]}" -eq 150 ]

@@ -19,6 +19,10 @@ unset TQ_ISA
 
 tq() { "$PY" "$TQTOOL" "$@"; }
 
+# Are the programs of $TQ_BIN a sanitizer build (make check-asan)?  Tests
+# that cannot run under it, or run fewer rounds, ask this, not the path.
+sanitized() { grep -q __asan_init "$TQ_BIN/tq-inspect" 2>/dev/null; }
+
 # Enters a fresh work directory of the test.  Not $BATS_TEST_TMPDIR itself:
 # bats keeps the files of `run --separate-stderr` there, and tests check
 # that failed runs leave no files behind.

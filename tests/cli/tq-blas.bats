@@ -58,7 +58,7 @@ sum_of() {
 	# Under the sanitizers (6 s a fit) one other core: the plain run
 	# compares them all.
 	local list="Haswell $(cores)"
-	case $TQ_BIN in *asan*) list=Prescott ;; esac
+	! sanitized || list=Prescott
 	"$TQ_BIN/tq-fit" -d 1536 -b 4 -s 1 --rotation dense -o ref.tq
 	for c in $list; do
 		OPENBLAS_CORETYPE=$c TQ_BLAS_REEXEC=0 "$TQ_BIN/tq-fit" \
@@ -107,8 +107,7 @@ sum_of() {
 # openblas_get_corename answers "Prescott" until OPENBLAS_CORETYPE is set.
 mkshim() {
 	command -v cc >/dev/null || skip "no C compiler"
-	! ldd "$TQ_BIN/tq-inspect" | grep -q libasan ||
-	    skip "sanitizer build: no preloading"
+	! sanitized || skip "sanitizer build: no preloading"
 	cat >shim.c <<'EOF'
 #define _GNU_SOURCE
 #include <dlfcn.h>

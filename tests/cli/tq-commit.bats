@@ -9,10 +9,11 @@ load helpers
 # 100 kills; 25 under the sanitizers, whose programs run several times
 # slower (CI's time limit; the plain run covers the points densely, and
 # TQ_COMMIT_KILLS=1000 runs a longer search by hand).
-case $TQ_BIN in
-*asan*)	KILLS=${TQ_COMMIT_KILLS:-25} ;;
-*)	KILLS=${TQ_COMMIT_KILLS:-100} ;;
-esac
+if sanitized; then
+	KILLS=${TQ_COMMIT_KILLS:-25}
+else
+	KILLS=${TQ_COMMIT_KILLS:-100}
+fi
 
 setup_file() {
 	local F=$BATS_FILE_TMPDIR

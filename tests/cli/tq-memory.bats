@@ -32,8 +32,7 @@ setup() {
 	F=$BATS_FILE_TMPDIR
 	[ "$(id -u)" -eq 0 ] || skip "needs root for a memory cgroup"
 	command -v strace >/dev/null || skip "needs strace"
-	! grep -q __asan_init "$TQ_BIN/tq-search" ||
-	    skip "sanitizer build: shadow memory exceeds the cgroup"
+	! sanitized || skip "sanitizer build: shadow memory exceeds the cgroup"
 	read -r CGKIND CGROOT < <(cg_root) || true
 	[ -n "${CGROOT:-}" ] || skip "no writable memory cgroup"
 	CG=$CGROOT/tq-memory-bats-$$

@@ -33,8 +33,14 @@ static int quick;
  * pass, and the code it runs (dense and structured rotations, encoding)
  * is checked under the sanitizer by the other tests, at other sizes.
  */
-#ifdef __SANITIZE_ADDRESS__
+#if defined(__SANITIZE_ADDRESS__)	/* gcc */
 static const int sanitized = 1;
+#elif defined(__has_feature)		/* clang */
+#if __has_feature(address_sanitizer)
+static const int sanitized = 1;
+#else
+static const int sanitized = 0;
+#endif
 #else
 static const int sanitized = 0;
 #endif
