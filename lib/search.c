@@ -721,8 +721,7 @@ advise_segs(const struct ctx *c, const struct seg *sg, size_t ns)
 static void
 advise_row(const struct ctx *c, uint64_t r)
 {
-	size_t len = (size_t)c->dim * (c->ix->originals == TQ_ORIG_F16 ? 2 :
-	    4);
+	size_t len = tq_orig_bytes(c->ix->originals, c->dim);
 
 	advise_range(c, row_orig(c, r), len);
 }
@@ -1108,8 +1107,7 @@ has_id(const struct tq_topk *h, uint64_t id)
 static void
 prefetch_original(const struct ctx *c, uint64_t r)
 {
-	size_t len = (size_t)c->dim * (c->ix->originals == TQ_ORIG_F16 ? 2 :
-	    4), o;
+	size_t len = tq_orig_bytes(c->ix->originals, c->dim), o;
 	uintptr_t p = (uintptr_t)row_orig(c, r);
 
 	for (o = 0; o < len; o += 64)
