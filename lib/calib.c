@@ -515,7 +515,7 @@ struct calrun {
 static uint32_t
 cands(uint32_t k, float o)
 {
-	return o > 1.0f ? (uint32_t)ceil((double)k * o) : k;
+	return o > 1.0f ? (uint32_t)tq_k_times(k, o) : k;
 }
 
 /*

@@ -6,6 +6,7 @@
 #ifndef TQ_INTERNAL_H
 #define TQ_INTERNAL_H
 
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -1083,6 +1084,20 @@ struct tq_kernels {
 	tq_dotq4_fn dotq4;	/* the refinement's 4-bit rows */
 };
 const struct tq_kernels *tq_kernels(void);
+
+/*
+ * k * o rounded up, o as the user wrote it: a float such as 1.1f is a
+ * little more than 1.1, and k * 1.1f rounded up would be 12 for k = 10.
+ * Whatever lies within a millionth above a whole number is taken for it
+ * (a float is within 2^-24 of a decimal that fits it).
+ */
+static inline double
+tq_k_times(uint32_t k, double o)
+{
+	double x = (double)k * o;
+
+	return ceil(x - x * 0x1p-20);
+}
 
 /* Bytes of one stored original of dim coordinates (0 without originals). */
 static inline size_t

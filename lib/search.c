@@ -2302,9 +2302,9 @@ tq_search_refine(const struct tq_index *ix, const float *queries, size_t nq,
 	kf = ix->n < p->k ? (uint32_t)ix->n : p->k;
 	kc = kf;
 	{
-		double want = ceil((double)p->k * (p->oversample < 0.0f ?
+		double want = tq_k_times(p->k, p->oversample < 0.0f ?
 		    TQ_AUTO_CAP : p->oversample > 1.0f ?
-		    (double)p->oversample : (double)refine));
+		    (double)p->oversample : (double)refine);
 
 		if (want > (double)ix->n)
 			want = (double)ix->n;

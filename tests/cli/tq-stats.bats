@@ -43,6 +43,14 @@ counts() {
 	for t in t_prepare t_tables t_scan t_refine t_rerank t_wall; do
 		[ -n "$(field $t)" ] || { show; false; }
 	done
+	# A decimal oversample means what it says: k 10 at 1.1, 1.2, 1.3 and
+	# 1.6 re-ranks 11, 12, 13 and 16 (floats a little above them once
+	# rounded up to 12, 13, 13 and 17).
+	for o in 1.1:11 1.2:12 1.3:13 1.6:16 1.05:11; do
+		run --separate-stderr "$TQ_BIN/tq-search" --stats -k 10 --oversample ${o%:*} -i "$F/q.bin" "$F/flat.tqi"
+		assert_status 0
+		assert_equal "$(field originals_read)" $((37 * ${o#*:}))
+	done
 	# f16 originals: half the bytes.
 	run --separate-stderr "$TQ_BIN/tq-search" --stats -k 10 --oversample 3 -i "$F/q.bin" "$F/f16.tqi"
 	assert_equal "$(field originals_bytes)" $((37 * 30 * 24 * 2))
