@@ -395,6 +395,14 @@ enum tq_status tq_kmeans(const float *x, size_t m, uint32_t dim, uint32_t k,
     unsigned iters, uint64_t seed, float *cent);
 /* BLAS threads (openblas_get_num_threads), 0 if not known. */
 int tq_blas_threads(void);
+/*
+ * tq_ivf_nearest on at most `threads` threads (0: one a CPU), as a
+ * caller that was asked for that many (a search's --threads); 1 never
+ * starts one.  The same result.
+ */
+enum tq_status tq_ivf_nearest_within(const struct tq_ivf *v, uint32_t dim,
+    const float *x, size_t n, int normalise, int ip, uint32_t p,
+    uint32_t *lists, float *scores, unsigned threads);
 /* The same on up to `threads` threads (0: one a CPU); the same result. */
 enum tq_status tq_ivf_nearest_threads(const struct tq_ivf *v, uint32_t dim,
     const float *x, size_t n, int normalise, int ip, uint32_t p,

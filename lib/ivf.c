@@ -198,14 +198,23 @@ done:
  * here, as many as a multi-threaded BLAS would have used.
  */
 enum tq_status
+tq_ivf_nearest_within(const struct tq_ivf *v, uint32_t dim, const float *x,
+    size_t n, int normalise, int ip, uint32_t p, uint32_t *lists,
+    float *scores, unsigned threads)
+{
+	if (n >= 2 * NEAR_ROWS && tq_blas_threads() == 1 && threads != 1)
+		return tq_ivf_nearest_threads(v, dim, x, n, normalise, ip, p,
+		    lists, scores, threads);
+	return nearest_rows(v, dim, x, n, normalise, ip, p, lists, scores);
+}
+
+enum tq_status
 tq_ivf_nearest(const struct tq_ivf *v, uint32_t dim, const float *x,
     size_t n, int normalise, int ip, uint32_t p, uint32_t *lists,
     float *scores)
 {
-	if (n >= 2 * NEAR_ROWS && tq_blas_threads() == 1)
-		return tq_ivf_nearest_threads(v, dim, x, n, normalise, ip, p,
-		    lists, scores, 0);
-	return nearest_rows(v, dim, x, n, normalise, ip, p, lists, scores);
+	return tq_ivf_nearest_within(v, dim, x, n, normalise, ip, p, lists,
+	    scores, 0);
 }
 
 struct near_job {

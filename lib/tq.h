@@ -715,7 +715,9 @@ struct tq_search_params {
 				   from the stored originals; 0 .. 1: no
 				   re-rank; < 0 (TQ_OVERSAMPLE_AUTO): the
 				   error-bounded re-rank below */
-	unsigned threads;	/* 0 = all cores; results never depend on it */
+	unsigned threads;	/* 0 = all cores; 1 = no thread of libtq's
+				   own, choosing lists too (a BLAS may have
+				   its own); results never depend on it */
 	const struct tq_filter *allow;	/* NULL: every live row; else only
 				   the rows it allows (built for this index) */
 	uint32_t probes;	/* IVF index: lists scanned per query, the
