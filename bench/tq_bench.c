@@ -21,7 +21,10 @@
  *   maxrss_kb     peak RSS of this process
  *   rss_anon_kb, rss_file_kb   resident memory at the end, anonymous and
  *                 file-backed (the mapped index pages touched)
- * Other times are CLOCK_MONOTONIC wall times.  With -o the ids of the batch
+ * Other times are CLOCK_MONOTONIC wall times.  The BLAS runs on one thread,
+ * as in the programs, unless OPENBLAS_NUM_THREADS (or GOTO_NUM_THREADS,
+ * OMP_NUM_THREADS) says otherwise: without them the program runs itself
+ * again with OPENBLAS_NUM_THREADS=1.  With -o the ids of the batch
  * (NBATCH x K, u64 LE) are written for the recall computation.
  */
 #include <stdint.h>
@@ -30,6 +33,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "tq.h"
 
@@ -116,6 +120,23 @@ main(int argc, char **argv)
 		else if (!strcmp(argv[a], "-p")) probes = (unsigned)atoi(v);
 		else if (!strcmp(argv[a], "-f")) oversample = (float)atof(v);
 		else { fprintf(stderr, "tq_bench: bad option %s\n", argv[a]); return 2; }
+	}
+	/*
+	 * The BLAS on one thread, as in the programs (cmd_init): tq runs its
+	 * products on its own threads.  Set in the environment, by running
+	 * this program again, because OpenBLAS starts its threads before
+	 * main, and each spins (sched_yield) for about 0.1 s before it
+	 * sleeps: the CPU clock of a short run counted a second core (seen:
+	 * bench-ivf's single-query CPU p50 twice the wall p50 at few probes,
+	 * batch CPU 1.3-2x the wall, with openblas_set_num_threads(1)
+	 * alone).
+	 */
+	if (getenv("OPENBLAS_NUM_THREADS") == NULL &&
+	    getenv("GOTO_NUM_THREADS") == NULL &&
+	    getenv("OMP_NUM_THREADS") == NULL &&
+	    setenv("OPENBLAS_NUM_THREADS", "1", 1) == 0) {
+		execv("/proc/self/exe", argv);
+		tq_blas_set_threads(1);	/* no re-run: the next best */
 	}
 	if ((st = tq_read_all(qpath, NULL, &q, &dim, &nq)) != TQ_OK)
 		die(qpath, st);
