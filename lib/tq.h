@@ -1062,7 +1062,10 @@ const char *tq_cpu_features(void);
  * OpenBLAS's own threads spin for a while after each call; a program that
  * runs libtq's threaded functions (threads != 1) does best with
  * OPENBLAS_NUM_THREADS=1 (or tq_blas_set_threads(1)), as the tq programs
- * do: libtq then runs the products on its own threads.
+ * do: libtq then runs the products on its own threads.  Only the
+ * environment variable, set before the process starts, also stops the
+ * spin (sched_yield, about 0.1 s) of the threads OpenBLAS starts when it
+ * loads: measured as CPU time, it adds a second core to a short run.
  */
 struct tq_blas_info {
 	const char *library;	/* openblas_get_config(), or "unknown" */
