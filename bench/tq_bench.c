@@ -106,21 +106,6 @@ main(int argc, char **argv)
 		    "[-b NBATCH] [-s NSINGLE] [-w NWARM] [-o IDS]\n");
 		return 2;
 	}
-	ixpath = argv[1];
-	qpath = argv[2];
-	for (a = 3; a + 1 < argc; a += 2) {
-		const char *v = argv[a + 1];
-
-		if (!strcmp(argv[a], "-k")) k = (unsigned)atoi(v);
-		else if (!strcmp(argv[a], "-t")) threads = (unsigned)atoi(v);
-		else if (!strcmp(argv[a], "-b")) nbatch = (size_t)atol(v);
-		else if (!strcmp(argv[a], "-s")) nsingle = (size_t)atol(v);
-		else if (!strcmp(argv[a], "-w")) nwarm = (size_t)atol(v);
-		else if (!strcmp(argv[a], "-o")) out = v;
-		else if (!strcmp(argv[a], "-p")) probes = (unsigned)atoi(v);
-		else if (!strcmp(argv[a], "-f")) oversample = (float)atof(v);
-		else { fprintf(stderr, "tq_bench: bad option %s\n", argv[a]); return 2; }
-	}
 	/*
 	 * The BLAS on one thread, as in the programs (cmd_init): tq runs its
 	 * products on its own threads.  Set in the environment, by running
@@ -137,6 +122,21 @@ main(int argc, char **argv)
 	    setenv("OPENBLAS_NUM_THREADS", "1", 1) == 0) {
 		execv("/proc/self/exe", argv);
 		tq_blas_set_threads(1);	/* no re-run: the next best */
+	}
+	ixpath = argv[1];
+	qpath = argv[2];
+	for (a = 3; a + 1 < argc; a += 2) {
+		const char *v = argv[a + 1];
+
+		if (!strcmp(argv[a], "-k")) k = (unsigned)atoi(v);
+		else if (!strcmp(argv[a], "-t")) threads = (unsigned)atoi(v);
+		else if (!strcmp(argv[a], "-b")) nbatch = (size_t)atol(v);
+		else if (!strcmp(argv[a], "-s")) nsingle = (size_t)atol(v);
+		else if (!strcmp(argv[a], "-w")) nwarm = (size_t)atol(v);
+		else if (!strcmp(argv[a], "-o")) out = v;
+		else if (!strcmp(argv[a], "-p")) probes = (unsigned)atoi(v);
+		else if (!strcmp(argv[a], "-f")) oversample = (float)atof(v);
+		else { fprintf(stderr, "tq_bench: bad option %s\n", argv[a]); return 2; }
 	}
 	if ((st = tq_read_all(qpath, NULL, &q, &dim, &nq)) != TQ_OK)
 		die(qpath, st);

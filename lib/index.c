@@ -545,7 +545,8 @@ assign_rows(struct build *b, const float *x, size_t rows, size_t at)
 	float *sc = b->lsc + at * m;
 	int cos = q->metric == TQ_METRIC_COSINE;
 
-	TQ_TRY(tq_ivf_nearest(&q->ivf, q->dim, x, rows, cos, 0, m, lab, sc));
+	TQ_TRY(tq_ivf_nearest(&q->ivf, q->dim, x, rows, cos, 0, m, lab, sc,
+	    0));
 	for (size_t i = 0; m > 1 && i < rows; i++) {
 		const float *xi = x + i * q->dim;
 		float n2;

@@ -381,11 +381,13 @@ enum tq_status tq_ivf_prepare(struct tq_ivf *v, uint32_t dim);
  * first when `normalise`), or with `ip` the largest <x, c>.  Ties go to
  * the smaller list.  With `scores` != NULL their scores go to the same
  * places: <x, c> for ip, else 2 <x, c> - |c|^2 (= |x|^2 - |x - c|^2).
- * Deterministic: see ivf.c.
+ * On at most `threads` threads of libtq's own (0: one a CPU; 1 starts
+ * none), as a caller asked for that many (a search's --threads).
+ * Deterministic, whatever the threads: see ivf.c.
  */
 enum tq_status tq_ivf_nearest(const struct tq_ivf *v, uint32_t dim,
     const float *x, size_t n, int normalise, int ip, uint32_t p,
-    uint32_t *lists, float *scores);
+    uint32_t *lists, float *scores, unsigned threads);
 /*
  * k-means (k-means++ seeding, Lloyd iterations with empty-list repair)
  * of the m rows x into k centroids cent[k * dim].  Deterministic for a
@@ -395,14 +397,6 @@ enum tq_status tq_kmeans(const float *x, size_t m, uint32_t dim, uint32_t k,
     unsigned iters, uint64_t seed, float *cent);
 /* BLAS threads (openblas_get_num_threads), 0 if not known. */
 int tq_blas_threads(void);
-/*
- * tq_ivf_nearest on at most `threads` threads (0: one a CPU), as a
- * caller that was asked for that many (a search's --threads); 1 never
- * starts one.  The same result.
- */
-enum tq_status tq_ivf_nearest_within(const struct tq_ivf *v, uint32_t dim,
-    const float *x, size_t n, int normalise, int ip, uint32_t p,
-    uint32_t *lists, float *scores, unsigned threads);
 /* The same on up to `threads` threads (0: one a CPU); the same result. */
 enum tq_status tq_ivf_nearest_threads(const struct tq_ivf *v, uint32_t dim,
     const float *x, size_t n, int normalise, int ip, uint32_t p,

@@ -194,27 +194,19 @@ done:
 
 /*
  * Many rows with a single-threaded BLAS (the programs make it so: its
- * threads spin between calls and slow tq's own) are split over threads
- * here, as many as a multi-threaded BLAS would have used.
+ * threads spin between calls and slow tq's own) are split over up to
+ * `threads` threads here (0: as many as a multi-threaded BLAS would have
+ * used; tq_ivf_nearest_threads keeps fewer than 512 rows on one).
  */
-enum tq_status
-tq_ivf_nearest_within(const struct tq_ivf *v, uint32_t dim, const float *x,
-    size_t n, int normalise, int ip, uint32_t p, uint32_t *lists,
-    float *scores, unsigned threads)
-{
-	if (n >= 2 * NEAR_ROWS && tq_blas_threads() == 1 && threads != 1)
-		return tq_ivf_nearest_threads(v, dim, x, n, normalise, ip, p,
-		    lists, scores, threads);
-	return nearest_rows(v, dim, x, n, normalise, ip, p, lists, scores);
-}
-
 enum tq_status
 tq_ivf_nearest(const struct tq_ivf *v, uint32_t dim, const float *x,
     size_t n, int normalise, int ip, uint32_t p, uint32_t *lists,
-    float *scores)
+    float *scores, unsigned threads)
 {
-	return tq_ivf_nearest_within(v, dim, x, n, normalise, ip, p, lists,
-	    scores, 0);
+	if (tq_blas_threads() == 1)
+		return tq_ivf_nearest_threads(v, dim, x, n, normalise, ip, p,
+		    lists, scores, threads);
+	return nearest_rows(v, dim, x, n, normalise, ip, p, lists, scores);
 }
 
 struct near_job {

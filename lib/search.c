@@ -514,7 +514,6 @@ struct ctx {
 	/* IVF: probes lists a query, probe[i * probes ..] for query i. */
 	uint32_t probes;
 	const uint32_t *probe;
-	unsigned nthreads;	/* the search's threads: also choosing lists */
 	/* Block mode: the one query, its tables and its segments. */
 	size_t query;
 	const struct tq_lut *lut;
@@ -2099,9 +2098,9 @@ prepare(const struct tq_quantizer *q, const float *qv, size_t m,
 	c->qq = s->qq;
 	c->qerr = s->qerr;
 	if (c->probes > 0)
-		return tq_ivf_nearest_within(&q->ivf, dim, qv, m, 0,
+		return tq_ivf_nearest(&q->ivf, dim, qv, m, 0,
 		    q->metric == TQ_METRIC_IP, c->probes, s->probe, NULL,
-		    c->nthreads);
+		    s->nw);
 	return TQ_OK;
 }
 
@@ -2369,7 +2368,6 @@ tq_search_refine(const struct tq_index *ix, const float *queries, size_t nq,
 		c.tile_blocks = 1;
 	c.probes = probes;
 	c.probe = s.probe;
-	c.nthreads = nw;
 	c.timed = p->stats != NULL;
 	for (i = 0; i < nw; i++)
 		s.w[i].c = &c;
@@ -2508,7 +2506,6 @@ tq_search_range(const struct tq_index *ix, const float *queries, size_t nq,
 	c.masked = c.allow != NULL || ix->live < ix->n;
 	c.range = 1;
 	c.probes = resolve_probes(ix, p);
-	c.nthreads = nw;
 	c.probe = s.probe;
 	c.rkey = q->metric == TQ_METRIC_L2 ? -radius : radius;
 	c.rmax = max;

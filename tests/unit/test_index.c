@@ -1033,7 +1033,7 @@ test_ivf_nearest(void)
 	for (int mode = 0; mode < 3; mode++) {
 		int norm = mode == 1, ip = mode == 2, bad = 0;
 
-		CHECK_OK(tq_ivf_nearest(&v, dim, x, n, norm, ip, p, got, NULL));
+		CHECK_OK(tq_ivf_nearest(&v, dim, x, n, norm, ip, p, got, NULL, 0));
 		for (uint32_t i = 0; i < n; i++) {
 			float sc[37], nx = 0, inv = 1;
 			uint32_t best[5];
@@ -1070,9 +1070,9 @@ test_ivf_nearest(void)
 			uint32_t one[5], first;
 
 			CHECK_OK(tq_ivf_nearest(&v, dim, x + i * dim, 1, norm,
-			    ip, p, one, NULL));
+			    ip, p, one, NULL, 0));
 			CHECK_OK(tq_ivf_nearest(&v, dim, x + i * dim, 1, norm,
-			    ip, 1, &first, NULL));
+			    ip, 1, &first, NULL, 0));
 			bad |= memcmp(one, got + i * p, sizeof(one)) != 0 ||
 			    first != got[i * p];
 		}
@@ -1082,7 +1082,7 @@ test_ivf_nearest(void)
 	for (uint32_t i = 0; i < nl * dim; i++)
 		c[i] = i % 2 ? 3e38f : -3e38f;
 	CHECK_OK(tq_ivf_prepare(&v, dim));
-	CHECK_OK(tq_ivf_nearest(&v, dim, x, n, 0, 0, p, got, NULL));
+	CHECK_OK(tq_ivf_nearest(&v, dim, x, n, 0, 0, p, got, NULL, 0));
 	{
 		int ok = 1;
 
@@ -1093,7 +1093,7 @@ test_ivf_nearest(void)
 			uint32_t one[5];
 
 			CHECK_OK(tq_ivf_nearest(&v, dim, x + i * dim, 1, 0, 0,
-			    p, one, NULL));
+			    p, one, NULL, 0));
 			for (uint32_t t = 0; t < p; t++)
 				ok &= one[t] < nl;
 		}
@@ -1126,7 +1126,7 @@ test_kmeans(void)
 		struct tq_ivf v = { k, c1, NULL, 0, 0 };
 
 		CHECK_OK(tq_ivf_prepare(&v, dim));
-		CHECK_OK(tq_ivf_nearest(&v, dim, x, n, 0, 0, 1, lab, NULL));
+		CHECK_OK(tq_ivf_nearest(&v, dim, x, n, 0, 0, 1, lab, NULL, 0));
 		free(v.n2);
 	}
 	for (uint32_t c = 0; c < k; c++)
@@ -1181,7 +1181,7 @@ test_ivf_one(enum tq_metric m, unsigned bits)
 
 	/* Every row sits in its nearest list, in input order. */
 	CHECK_OK(tq_ivf_nearest(&qi->ivf, dim, x, n, m == TQ_METRIC_COSINE,
-	    0, 1, lab, NULL));
+	    0, 1, lab, NULL, 0));
 	for (uint32_t l = 0; l < nl; l++)
 		for (uint64_t rr = tq_list_off(&ix->parts[0], l); rr < tq_list_off(&ix->parts[0],
 		    l + 1); rr++) {
@@ -1211,7 +1211,7 @@ test_ivf_one(enum tq_metric m, unsigned bits)
 	sp.threads = 1;
 	CHECK_OK(tq_search(ix, qs, nq, &sp, ia, sa));
 	CHECK_OK(tq_ivf_nearest(&qi->ivf, dim, qs, nq, m == TQ_METRIC_COSINE,
-	    m == TQ_METRIC_IP, 2, pr, NULL));
+	    m == TQ_METRIC_IP, 2, pr, NULL, 0));
 	ok = 1;
 	for (uint32_t i = 0; i < nq; i++) {
 		struct cand c[700];
