@@ -333,13 +333,21 @@ tq_index_recall_choose(const struct tq_index *ix, uint32_t k, double target,
 /* ------------------------------------------------------------------------ */
 /* Measuring                                                                 */
 
-/* The live rows of ix in order, as a tq_exact_source: ids = row numbers. */
+/*
+ * The live rows of ix as a tq_exact_source (ids = row numbers), segment
+ * by segment in the order of their originals, so that ORIG is read once
+ * from start to end.  A segment with OMAP gives each original once, as
+ * its first live row (copies share one original and one id).
+ */
 struct rowsrc {
 	const struct tq_index *ix;
 	uint32_t part;
-	uint64_t r;			/* local row in part */
+	uint64_t r;			/* entry of part's ORIG */
 	uint64_t *rowid;		/* chunk row numbers */
 	const uint8_t *lo, *hi;		/* originals read by the last call */
+	uint32_t *inv;			/* OMAP: entry -> first live local
+					   row, UINT32_MAX for none */
+	uint32_t invpart;		/* part + 1 that inv is of, or 0 */
 };
 
 /*
@@ -360,6 +368,25 @@ release(struct rowsrc *s)
 	s->lo = s->hi = NULL;
 }
 
+/* inv for segment s->part, which has OMAP. */
+static enum tq_status
+inv_make(struct rowsrc *s, const struct tq_part *p)
+{
+	free(s->inv);
+	s->invpart = 0;
+	if (p->n > UINT32_MAX)
+		return tq_fail(TQ_ERR_OVERFLOW, "segment %u: too many rows "
+		    "to calibrate", (unsigned)s->part);
+	if ((s->inv = tq_mallocarray(p->norig, sizeof(*s->inv))) == NULL)
+		return tq_fail(TQ_ERR_NOMEM, "out of memory");
+	memset(s->inv, 0xff, p->norig * sizeof(*s->inv));
+	for (uint64_t r = p->n; r-- > 0; )
+		if (!tq_part_dead(p, r))
+			s->inv[tq_part_orig_index(p, r)] = (uint32_t)r;
+	s->invpart = s->part + 1;
+	return TQ_OK;
+}
+
 static enum tq_status
 rows_next(void *arg, float *x, size_t max, size_t *got,
     const uint64_t **rowid)
@@ -376,20 +403,28 @@ rows_next(void *arg, float *x, size_t max, size_t *got,
 	release(s);
 	while (n < max && s->part < ix->nparts) {
 		const struct tq_part *p = &ix->parts[s->part];
+		uint64_t row = s->r;
 
-		if (s->r >= p->n) {
+		if (s->r >= (p->omap != NULL ? p->norig : p->n)) {
 			release(s);
 			s->part++;
 			s->r = 0;
 			continue;
 		}
+		if (p->omap != NULL && s->invpart != s->part + 1)
+			TQ_TRY(inv_make(s, p));
 		if (s->lo == NULL)
 			s->lo = p->orig + rb * s->r;
 		s->hi = p->orig + rb * (s->r + 1);
-		if (!tq_part_dead(p, s->r)) {
+		if (p->omap != NULL)
+			row = s->inv[s->r] == UINT32_MAX ? UINT64_MAX :
+			    s->inv[s->r];
+		else if (tq_part_dead(p, row))
+			row = UINT64_MAX;
+		if (row != UINT64_MAX) {
 			tq_orig_row(tq_kernels(), ix->originals, p->orig +
 			    rb * s->r, dim, x + n * dim);
-			s->rowid[n++] = p->row0 + s->r;
+			s->rowid[n++] = p->row0 + row;
 		}
 		s->r++;
 	}
@@ -405,8 +440,8 @@ row_vector(const struct tq_index *ix, uint64_t r, float *o)
 	const struct tq_part *p = tq_part_of_row(ix, r);
 	uint32_t dim = ix->q->dim;
 
-	tq_orig_row(tq_kernels(), ix->originals, p->orig + (r - p->row0) *
-	    tq_orig_bytes(ix->originals, dim), dim, o);
+	tq_orig_row(tq_kernels(), ix->originals, tq_part_orig(p, r - p->row0,
+	    tq_orig_bytes(ix->originals, dim)), dim, o);
 }
 
 static int
@@ -645,7 +680,7 @@ truth_of(struct calrun *c, uint32_t kt, uint64_t *truth, uint32_t *tlen)
 {
 	const struct tq_index *ix = c->ix;
 	uint32_t cop = ix->dups > 1 ? ix->dups : 1, kx, j, n;
-	struct rowsrc src = { ix, 0, 0, NULL, NULL, NULL };
+	struct rowsrc src = { ix, 0, 0, NULL, NULL, NULL, NULL, 0 };
 	uint64_t *ids;
 	float *sc;
 	enum tq_status rc;
@@ -664,6 +699,7 @@ truth_of(struct calrun *c, uint32_t kt, uint64_t *truth, uint32_t *tlen)
 	    ix->q->dim, kx, c->threads, ids, sc);
 	release(&src);
 	free(src.rowid);
+	free(src.inv);
 	for (size_t i = 0; rc == TQ_OK && i < c->m; i++) {
 		uint64_t *t = truth + i * KMAX;
 

@@ -896,8 +896,9 @@ tq_fw_keep(struct tq_filewriter *fw, const struct tq_section_info *si)
 /* ------------------------------------------------------------------------ */
 /* Verification                                                              */
 
+/* Every section's checksum (tq_file_verify adds the index's own checks). */
 enum tq_status
-tq_file_verify(const char *path)
+tq_file_verify_sums(const char *path)
 {
 	struct tq_file f;
 

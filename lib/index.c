@@ -16,7 +16,9 @@
  * With coarse lists (IVF) the encoded rows are not written in input
  * order but spilled, with their list, to an unlinked temporary file in
  * buckets of consecutive lists; the output is then filled list by list,
- * each bucket read back once (see ivf_emit).  A pipe needs no spool.
+ * each bucket read back once (see ivf_emit).  The originals do not go
+ * through the spill: they go into the output's ORIG as they arrive, and
+ * OMAP maps the rows to them (orig_begin).  A pipe needs no spool.
  *
  * An index is a sequence of segments (format 2, tq(5)).  An append builds
  * its rows as a new segment exactly as a fresh index of them, and commits
@@ -211,6 +213,18 @@ struct build {
 	uint8_t *hbuf;		/* chunk / 32 * TQ_FACH_BLOCK */
 	uint64_t *idtmp;
 	uint8_t *obuf;		/* chunk * dim * 4 */
+	/*
+	 * IVF with originals: ORIG is written as the vectors arrive, each
+	 * once (orig_begin, orig_put), and OMAP gives each row its entry
+	 * (mbuf, a chunk's); the spill carries the entry, not the original.
+	 * narr: entries written.  orank: a rewrite's old entries (orig_old).
+	 */
+	int omap;
+	unsigned s_omap;
+	uint8_t *mbuf;		/* chunk * 4 */
+	uint64_t narr;
+	struct orank *orank;	/* norank, one per old segment, or NULL */
+	uint32_t norank;
 	/* IVF only */
 	int ivf;
 	unsigned s_list;
@@ -263,6 +277,28 @@ struct build {
 	struct tq_labbuild *lbl;	/* labels (labels.c), or NULL */
 };
 
+/*
+ * The live originals of an old segment in a rewrite: bit j of bits is
+ * set when entry j of its ORIG belongs to a live row; such an entry is
+ * entry base + (set bits before it) of the new ORIG.  cum[w]: the set
+ * bits of words before w.
+ */
+struct orank {
+	uint64_t base;
+	uint64_t *bits, *cum;
+};
+
+static void
+orank_free(struct build *b)
+{
+	for (uint32_t s = 0; b->orank != NULL && s < b->norank; s++) {
+		free(b->orank[s].bits);
+		free(b->orank[s].cum);
+	}
+	free(b->orank);
+	b->orank = NULL;
+}
+
 static void
 build_free(struct build *b)
 {
@@ -279,6 +315,8 @@ build_free(struct build *b)
 	free(b->idbuf);
 	free(b->idtmp);
 	free(b->obuf);
+	free(b->mbuf);
+	orank_free(b);
 	free(b->lab);
 	free(b->lsc);
 	free(b->sbuf);
@@ -337,6 +375,9 @@ build_alloc(struct build *b)
 		b->count = tq_callocarray(b->q->ivf.nlist, sizeof(*b->count));
 		b->scap = (size_t)4 << 20;	/* the largest record */
 		if (!b->lab || !b->lsc || !b->count)
+			return tq_fail(TQ_ERR_NOMEM, "out of memory");
+		b->omap = b->p->originals != TQ_ORIG_NONE;
+		if (b->omap && (b->mbuf = tq_mallocarray(b->chunk, 4)) == NULL)
 			return tq_fail(TQ_ERR_NOMEM, "out of memory");
 	}
 	return TQ_OK;
@@ -642,7 +683,9 @@ reserve_rows(struct build *b, uint64_t n, uint64_t nblocks)
 		    &b->s_fact));
 	TQ_TRY(tq_fw_reserve(b->fw, TQ_TAG_IDS, n * 8, &b->s_ids));
 	TQ_TRY(tq_fw_reserve(b->fw, TQ_TAG_WDTH, n * 2, &b->s_wdth));
-	if (b->p->originals != TQ_ORIG_NONE) {
+	if (b->omap) {
+		TQ_TRY(tq_fw_reserve(b->fw, TQ_TAG_OMAP, n * 4, &b->s_omap));
+	} else if (b->p->originals != TQ_ORIG_NONE) {
 		uint64_t w = b->p->originals == TQ_ORIG_F32 ? 4 : 2;
 
 		if (ck_mul64(n, (uint64_t)b->q->dim * w, &len))
@@ -732,7 +775,9 @@ chunk_out(struct build *b, size_t rows)
 	TQ_TRY(put_blocks(b, rows));
 	TQ_TRY(tq_fw_put(b->fw, b->s_ids, b->idbuf, rows * 8));
 	TQ_TRY(tq_fw_put(b->fw, b->s_wdth, b->wbuf, rows * 2));
-	if (b->p->originals != TQ_ORIG_NONE)
+	if (b->omap)
+		TQ_TRY(tq_fw_put(b->fw, b->s_omap, b->mbuf, rows * 4));
+	else if (b->p->originals != TQ_ORIG_NONE)
 		TQ_TRY(tq_fw_put(b->fw, b->s_orig, b->obuf, rows *
 		    b->q->dim * (b->p->originals == TQ_ORIG_F32 ? 4 : 2)));
 	return TQ_OK;
@@ -757,10 +802,60 @@ orig_bytes(const struct build *b)
 }
 
 /*
+ * Opens the output, unless the caller opened a commit onto an existing
+ * index or it is open already; its rows go to segment b->part - 1.
+ */
+static enum tq_status
+open_file(struct build *b, const char *path)
+{
+	if (b->in_place || b->fw != NULL)
+		return TQ_OK;
+	TQ_TRY(tq_fw_open(path, TQ_FILE_INDEX, 16, &b->fw));
+	TQ_TRY(tq_quantizer_write_sections(b->q, b->fw));
+	b->part = 1;
+	return TQ_OK;
+}
+
+/*
+ * IVF with originals: the output's ORIG is open from the start of the
+ * input, and each vector's original goes into it as it arrives
+ * (orig_put), never through the spill.  ORIG ends when the lists are
+ * written (ivf_emit), and OMAP then gives each row its entry.
+ */
+static enum tq_status
+orig_begin(struct build *b, const char *path)
+{
+	TQ_TRY(open_file(b, path));
+	tq_fw_set_part(b->fw, b->part);
+	TQ_TRY(tq_fw_begin(b->fw, TQ_TAG_ORIG));
+	tq_fw_set_part(b->fw, 0);
+	return TQ_OK;
+}
+
+/* OMAP entries are u32: the most originals one segment holds. */
+#define ORIG_MAX ((uint64_t)UINT32_MAX + 1)
+
+/* n originals of ob bytes at src, the next entries of ORIG. */
+static enum tq_status
+orig_put(struct build *b, const uint8_t *src, uint64_t n)
+{
+	if (n > ORIG_MAX - b->narr)
+		return tq_fail(TQ_ERR_OVERFLOW, "more than %llu vectors with "
+		    "originals in one segment of an IVF index: build it in "
+		    "shards or appends", (unsigned long long)ORIG_MAX);
+	TQ_TRY(tq_fw_write(b->fw, src, (size_t)n * orig_bytes(b)));
+	b->narr += n;
+	return TQ_OK;
+}
+
+/*
  * A spill record: u32 list, packed codes, the factors (host floats),
- * the id (8 bytes, little-endian), the stored originals, rho (f16,
- * 2 bytes, host order) and, in a build with labels, the row's label
- * number (8 bytes, little-endian; labels.c).
+ * the id (8 bytes, little-endian), with originals the row's entry of
+ * ORIG (8 bytes, host order; the original itself went to the output as
+ * it arrived), rho (f16, 2 bytes, host order) and, in a build with
+ * labels, the row's label number (8 bytes, little-endian; labels.c).
+ * 10M x 768 with f16 originals spilled 19.4 GB when the records held the
+ * originals (2.09 times the index written in all), 4.2 GB without.
  */
 /*
  * Buckets: up to SPILL_BUCKETS of consecutive lists, each with a write
@@ -780,7 +875,7 @@ spill_open(struct build *b, const char *path)
 	char *tmp;
 
 	b->rec = 4 + tq_code_bytes(b->q) + TQ_NFACTORS * sizeof(float) + 8 +
-	    orig_bytes(b) + 2 + (b->lbl != NULL ? 8 : 0);
+	    (b->omap ? 8 : 0) + 2 + (b->lbl != NULL ? 8 : 0);
 	if (b->rec > b->scap)
 		return tq_fail(TQ_ERR_OVERFLOW, "rows too large to spill");
 	b->nbucket = nl < SPILL_BUCKETS ? nl : SPILL_BUCKETS;
@@ -837,8 +932,11 @@ static enum tq_status
 spill_rows(struct build *b, size_t rows)
 {
 	const struct tq_quantizer *q = b->q;
-	size_t cb = tq_code_bytes(q), ob = orig_bytes(b);
+	size_t cb = tq_code_bytes(q), ob = b->omap ? 8 : 0;
+	uint64_t arr = b->narr;
 
+	if (b->omap)
+		TQ_TRY(orig_put(b, b->obuf, rows));
 	for (size_t e = 0; e < rows * b->dups; e++) {
 		size_t i = e / b->dups;
 		uint32_t k;
@@ -857,9 +955,12 @@ spill_rows(struct build *b, size_t rows)
 		    TQ_NFACTORS * sizeof(float));
 		memcpy(r + 4 + cb + TQ_NFACTORS * sizeof(float),
 		    b->idbuf + 8 * i, 8);
-		if (ob > 0)
+		if (ob > 0) {
+			uint64_t a = arr + i;
+
 			memcpy(r + 4 + cb + TQ_NFACTORS * sizeof(float) + 8,
-			    b->obuf + i * ob, ob);
+			    &a, 8);
+		}
 		memcpy(r + 4 + cb + TQ_NFACTORS * sizeof(float) + 8 + ob,
 		    &b->rho[i], 2);
 		if (b->lbl != NULL)	/* the new row's label: its number */
@@ -883,7 +984,7 @@ static void
 record_to_chunk(struct build *b, const uint8_t *r, size_t at)
 {
 	const struct tq_quantizer *q = b->q;
-	size_t cb = tq_code_bytes(q), ob = orig_bytes(b);
+	size_t cb = tq_code_bytes(q), ob = b->omap ? 8 : 0;
 	float *fb = b->fblocks + at / TQ_BLOCK * TQ_BLOCK * TQ_NFACTORS +
 	    at % TQ_BLOCK, f[TQ_NFACTORS];
 
@@ -893,9 +994,12 @@ record_to_chunk(struct build *b, const uint8_t *r, size_t at)
 	for (unsigned k = 0; k < TQ_NFACTORS; k++)
 		fb[k * TQ_BLOCK] = f[k];
 	memcpy(b->idbuf + 8 * at, r + 4 + cb + TQ_NFACTORS * sizeof(float), 8);
-	if (ob > 0)
-		memcpy(b->obuf + at * ob, r + 4 + cb + TQ_NFACTORS *
-		    sizeof(float) + 8, ob);
+	if (ob > 0) {
+		uint64_t a;
+
+		memcpy(&a, r + 4 + cb + TQ_NFACTORS * sizeof(float) + 8, 8);
+		wr_le32(b->mbuf + 4 * at, (uint32_t)a);
+	}
 	memcpy(b->wbuf + 2 * at, r + 4 + cb + TQ_NFACTORS * sizeof(float) + 8 +
 	    ob, 2);
 	if (b->lbl != NULL)
@@ -921,11 +1025,7 @@ open_output(struct build *b, const char *path, uint64_t n)
 {
 	uint64_t nblocks = (n + TQ_BLOCK - 1) / TQ_BLOCK;
 
-	if (!b->in_place) {
-		TQ_TRY(tq_fw_open(path, TQ_FILE_INDEX, 16, &b->fw));
-		TQ_TRY(tq_quantizer_write_sections(b->q, b->fw));
-		b->part = 1;
-	}
+	TQ_TRY(open_file(b, path));
 	b->seg_rows = n;
 	b->seg_blocks = nblocks;
 	tq_fw_set_part(b->fw, b->part);
@@ -950,7 +1050,7 @@ old_row_to_chunk(struct build *b, const struct tq_part *p, uint64_t r,
 	b->rho[at] = p->wdth != NULL ? rd_le16(p->wdth + 2 * r) : 0x7c00u;
 	memcpy(b->idbuf + 8 * at, p->ids + 8 * r, 8);
 	if (ob > 0)
-		memcpy(b->obuf + at * ob, p->orig + r * ob, ob);
+		memcpy(b->obuf + at * ob, tq_part_orig(p, r, ob), ob);
 	tq_lab_old(b->lbl, p, r, 1, at);
 	see_id(b, rd_le64(p->ids + 8 * r));
 }
@@ -995,8 +1095,20 @@ old_rows_to_chunk(struct build *b, const struct tq_part *p, uint64_t r,
 	else
 		for (size_t i = 0; i < len; i++)
 			wr_le16(b->wbuf + 2 * (at + i), 0x7c00u);
-	if (ob > 0)
+	if (b->omap) {
+		const struct orank *o = &b->orank[p - b->old->parts];
+
+		for (size_t i = 0; i < len; i++) {
+			uint64_t j = tq_part_orig_index(p, r + i);
+			uint64_t w = o->bits[j / 64] &
+			    ((UINT64_C(1) << (j % 64)) - 1);
+
+			wr_le32(b->mbuf + 4 * (at + i), (uint32_t)(o->base +
+			    o->cum[j / 64] + (uint64_t)__builtin_popcountll(w)));
+		}
+	} else if (ob > 0) {
 		memcpy(b->obuf + at * ob, p->orig + r * ob, len * ob);
+	}
 	tq_lab_old(b->lbl, p, r, len, at);
 	for (size_t i = 0; i < len; i++)
 		see_id(b, rd_le64(p->ids + 8 * (r + i)));
@@ -1114,6 +1226,8 @@ ivf_emit(struct build *b, const char *path)
 	enum tq_status st = TQ_OK;
 
 	/* Copies in more lists make the row count known only now. */
+	if (b->omap)
+		TQ_TRY(tq_fw_end(b->fw));
 	TQ_TRY(open_output(b, path, n));
 	for (uint32_t k = 0; k < b->nbucket; k++)
 		TQ_TRY(spill_flush(b, k));
@@ -1559,9 +1673,11 @@ build_run(struct build *b, struct source *src, const char *path)
 		return tq_fail(TQ_ERR_EMPTY, "no vectors");
 	if (!open_end)
 		TQ_TRY(ids_count_check(b, n));
-	if (b->ivf)
+	if (b->ivf) {
 		TQ_TRY(spill_open(b, path));
-	else if (!open_end)
+		if (b->omap)
+			TQ_TRY(orig_begin(b, path));
+	} else if (!open_end)
 		TQ_TRY(open_output(b, path, n));
 	else {
 		char *tmp;
@@ -1733,13 +1849,25 @@ part_bind(struct tq_index *ix, uint32_t part, struct tq_part *p)
 			return tq_fail(TQ_ERR_FORMAT, "section ORIG present "
 			    "but IPAR says none");
 	} else {
+		uint64_t ml;
+
 		w = ix->originals == TQ_ORIG_F32 ? 4 : 2;
-		if (p->orig == NULL ||
-		    ck_mul64(p->n, (uint64_t)ix->q->dim * w, &want) ||
-		    len != want)
+		w *= ix->q->dim;
+		p->omap = tq_file_part(f, part, TQ_TAG_OMAP, &ml);
+		p->norig = len / w;
+		if (p->orig == NULL || len % w != 0 || p->norig == 0 ||
+		    (p->omap == NULL ? p->norig != p->n : p->norig > p->n))
 			return tq_fail(TQ_ERR_FORMAT, "section ORIG: missing "
 			    "or wrong length");
+		if (p->omap != NULL && (ix->nlist == 0 || ml != p->n * 4))
+			return tq_fail(TQ_ERR_FORMAT, "section OMAP: %s",
+			    ix->nlist == 0 ? "in a flat index" :
+			    "wrong length");
 	}
+	if (ix->originals == TQ_ORIG_NONE &&
+	    tq_file_part(f, part, TQ_TAG_OMAP, &len) != NULL)
+		return tq_fail(TQ_ERR_FORMAT, "section OMAP present but IPAR "
+		    "says no originals");
 	p->list = tq_file_part(f, part, TQ_TAG_LIST, &len);
 	if (ix->nlist == 0 && p->list != NULL)
 		return tq_fail(TQ_ERR_FORMAT, "section LIST present but the "
@@ -1978,6 +2106,49 @@ index_open(const char *path, int fd, struct tq_index **out)
 	ix->beyond_memory = ix->file.size > memory_budget() / 2;
 	*out = ix;
 	return TQ_OK;
+}
+
+/*
+ * The checks that opening an index leaves to its readers: every OMAP
+ * entry names one of its segment's originals.
+ */
+static enum tq_status
+maps_check(const struct tq_index *ix)
+{
+	for (uint32_t s = 0; s < ix->nparts; s++) {
+		const struct tq_part *p = &ix->parts[s];
+
+		for (uint64_t r = 0; p->omap != NULL && r < p->n; r++)
+			if (rd_le32(p->omap + 4 * r) >= p->norig)
+				return tq_fail(TQ_ERR_FORMAT, "section OMAP: "
+				    "segment %u: row %llu's entry %u past its "
+				    "%llu originals", (unsigned)s,
+				    (unsigned long long)r,
+				    (unsigned)rd_le32(p->omap + 4 * r),
+				    (unsigned long long)p->norig);
+	}
+	return TQ_OK;
+}
+
+enum tq_status
+tq_file_verify(const char *path)
+{
+	struct tq_file f;
+	struct tq_index *ix;
+	enum tq_status rc;
+	int maps = 0;
+
+	TQ_TRY(tq_file_verify_sums(path));
+	TQ_TRY(tq_file_map(path, &f));
+	for (uint32_t i = 0; i < f.nsections; i++)
+		maps |= memcmp(f.sec[i].tag, "OMAP", 4) == 0;
+	tq_file_unmap(&f);
+	if (!maps)
+		return TQ_OK;
+	TQ_TRY(index_open(path, -1, &ix));
+	rc = maps_check(ix);
+	tq_index_close(ix);
+	return rc;
 }
 
 enum tq_status
@@ -2438,6 +2609,78 @@ done:
 	return rc;
 }
 
+/* Gives the pages of [a, a + len) of a file mapping back (MADV_DONTNEED). */
+static void
+drop_pages(const uint8_t *a, size_t len)
+{
+	uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t lo = ((uintptr_t)a + pg - 1) & ~(pg - 1);
+	uintptr_t hi = ((uintptr_t)a + len) & ~(pg - 1);
+
+	if (hi > lo)
+		(void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
+/*
+ * A rewrite of an IVF index with originals: ORIG begins with the live
+ * originals of ix, segment by segment in the order of each one's ORIG
+ * (the order they arrived in), each once, as a fresh build of the live
+ * rows in that order would write them; b->orank numbers them for the
+ * rows' new OMAP (old_rows_to_chunk).  An OMAP entry past its segment's
+ * originals is refused here, so that a rewrite does not launder it.
+ */
+static enum tq_status
+orig_old(struct build *b, const struct tq_index *ix, const char *out)
+{
+	size_t ob = orig_bytes(b), cap = ((size_t)8 << 20) / ob + 1;
+
+	TQ_TRY(orig_begin(b, out));
+	if ((b->orank = tq_callocarray(ix->nparts, sizeof(*b->orank))) == NULL)
+		return tq_fail(TQ_ERR_NOMEM, "out of memory");
+	b->norank = ix->nparts;
+	for (uint32_t s = 0; s < ix->nparts; s++) {
+		const struct tq_part *p = &ix->parts[s];
+		struct orank *o = &b->orank[s];
+		uint64_t m = p->omap != NULL ? p->norig : p->n;
+		uint64_t nw = (m + 63) / 64, c = 0, j, run;
+
+		o->bits = tq_callocarray(nw, 8);
+		o->cum = tq_mallocarray(nw, 8);
+		if (o->bits == NULL || o->cum == NULL)
+			return tq_fail(TQ_ERR_NOMEM, "out of memory");
+		for (uint64_t r = 0; r < p->n; r++) {
+			if (tq_part_dead(p, r))
+				continue;
+			j = p->omap != NULL ? rd_le32(p->omap + 4 * r) : r;
+			if (j >= m)
+				return tq_fail(TQ_ERR_FORMAT, "segment %u: "
+				    "OMAP entry %llu of row %llu past its %llu "
+				    "originals", (unsigned)s,
+				    (unsigned long long)j,
+				    (unsigned long long)r,
+				    (unsigned long long)m);
+			o->bits[j / 64] |= UINT64_C(1) << (j % 64);
+		}
+		for (uint64_t w = 0; w < nw; w++) {
+			o->cum[w] = c;
+			c += (uint64_t)__builtin_popcountll(o->bits[w]);
+		}
+		o->base = b->narr;
+		/* The live entries, by runs of consecutive ones. */
+		for (j = 0; j < m; j += run) {
+			run = 1;
+			if (!(o->bits[j / 64] >> (j % 64) & 1))
+				continue;
+			while (j + run < m && run < cap &&
+			    (o->bits[(j + run) / 64] >> ((j + run) % 64) & 1))
+				run++;
+			TQ_TRY(orig_put(b, p->orig + j * ob, run));
+			drop_pages(p->orig + j * ob, (size_t)run * ob);
+		}
+	}
+	return TQ_OK;
+}
+
 /*
  * The live rows of ix, then the rows of src (if any), into a new file,
  * so that the bytes equal a fresh build's.  Old rows move by runs of live
@@ -2479,6 +2722,8 @@ append_run(struct build *b, const struct tq_index *ix, struct source *src,
 		TQ_TRY(spill_open(b, out));
 	else
 		TQ_TRY(open_output(b, out, total));
+	if (b->omap)
+		TQ_TRY(orig_old(b, ix, out));
 
 	/*
 	 * IVF: the live rows of each old list go out as they are, ahead of

@@ -270,7 +270,14 @@ unsigned tq_ncpu(void);
  * FACT  nblocks * 32 * 3 f32: per block, s[32], b'[32], |x|^2[32].
  *       Padding rows (past n) are zero.
  * IDS   n u64 external ids.
- * ORIG  n * dim f32 or f16 originals (for cosine: normalised).
+ * ORIG  n * dim f32 or f16 originals (for cosine: normalised), in row
+ *       order; with OMAP, m of them (1 <= m <= n) in the order the vectors
+ *       arrived, each once however many lists hold it.
+ * OMAP  IVF with originals (written since format 2 builds of 2026-12):
+ *       n u32, the entry of ORIG that holds each row's original.  Absent:
+ *       row i's is entry i.  Entries are checked where they are used, not
+ *       on open: one past m reads as entry m - 1 (tq_part_orig_index), and
+ *       verification and rewrites refuse the file.
  * LIST  present iff the quantizer has IVFC: nlist + 1 u64 row offsets,
  *       off[0] = 0 <= off[1] <= ... <= off[nlist] = n.  The rows of list
  *       L are rows off[L] .. off[L+1] - 1, in input order; lists need not
@@ -298,6 +305,7 @@ unsigned tq_ncpu(void);
 #define TQ_TAG_IVFC TQ_TAG('I', 'V', 'F', 'C')
 #define TQ_TAG_LIST TQ_TAG('L', 'I', 'S', 'T')
 #define TQ_TAG_WDTH TQ_TAG('W', 'D', 'T', 'H')
+#define TQ_TAG_OMAP TQ_TAG('O', 'M', 'A', 'P')
 #define TQ_TAG_FACH TQ_TAG('F', 'A', 'C', 'H')
 #define TQ_IVFC_HEADER 16u
 
@@ -574,6 +582,8 @@ enum tq_status tq_file_map(const char *path, struct tq_file *f);
 /* The same on an open descriptor (not closed; the mapping outlives it). */
 enum tq_status tq_file_map_fd(int fd, struct tq_file *f);
 void tq_file_unmap(struct tq_file *f);
+/* Every section's checksum against the table's (format.c). */
+enum tq_status tq_file_verify_sums(const char *path);
 /* Finds a section of the whole index (part 0); NULL (and *len = 0) if none. */
 const uint8_t *tq_file_section(const struct tq_file *f, uint32_t tag,
     uint64_t *len);
@@ -672,7 +682,10 @@ struct tq_part {
 	const float *factors;		/* nblocks * 32 * 3 (aligned, LE host),
 					   or NULL when fach is set */
 	const uint8_t *ids;		/* n * 8, little-endian */
-	const uint8_t *orig;		/* n * dim * (4 or 2), or NULL */
+	const uint8_t *orig;		/* norig * dim * (4 or 2), or NULL */
+	const uint8_t *omap;		/* n u32 entries of orig, or NULL:
+					   row r's original is entry r */
+	uint64_t norig;			/* originals in orig */
 	const uint8_t *tomb;		/* ceil(n/8) bytes, or NULL */
 	const uint8_t *list;		/* IVF: nlist + 1 u64 local offsets */
 	const uint8_t *wdth;		/* n f16 rho (WDTH), or NULL */
@@ -1107,6 +1120,29 @@ tq_orig_bytes(enum tq_originals o, uint32_t dim)
 {
 	return o == TQ_ORIG_F16 ? 2 * (size_t)dim : o == TQ_ORIG_F32 ?
 	    4 * (size_t)dim : 0;
+}
+
+/*
+ * The ORIG entry of local row r of segment p.  An OMAP entry past the
+ * segment's originals (only a hostile file has one) reads as the last,
+ * so that no read leaves the section; tq_index_check_maps refuses it.
+ */
+static inline uint64_t
+tq_part_orig_index(const struct tq_part *p, uint64_t r)
+{
+	uint64_t j;
+
+	if (p->omap == NULL)
+		return r;
+	j = rd_le32(p->omap + 4 * r);
+	return j < p->norig ? j : p->norig - 1;
+}
+
+/* The stored original of local row r of segment p, ob bytes. */
+static inline const uint8_t *
+tq_part_orig(const struct tq_part *p, uint64_t r, size_t ob)
+{
+	return p->orig + tq_part_orig_index(p, r) * ob;
 }
 
 /*

@@ -274,8 +274,8 @@ row_vector(const struct tq_index *ix, const struct tq_part *p, uint64_t r,
 	enum tq_status st;
 
 	if (ix->originals != TQ_ORIG_NONE) {
-		tq_orig_row(tq_kernels(), ix->originals, p->orig + r *
-		    tq_orig_bytes(ix->originals, (uint32_t)d), (uint32_t)d, vec);
+		tq_orig_row(tq_kernels(), ix->originals, tq_part_orig(p, r,
+		    tq_orig_bytes(ix->originals, (uint32_t)d)), (uint32_t)d, vec);
 		return TQ_OK;
 	}
 	un = malloc(d);

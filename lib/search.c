@@ -633,8 +633,8 @@ row_orig(const struct ctx *c, uint64_t r)
 {
 	const struct tq_part *p = tq_part_of_row(c->ix, r);
 
-	return p->orig + (r - p->row0) * tq_orig_bytes(c->ix->originals,
-	    c->dim);
+	return tq_part_orig(p, r - p->row0, tq_orig_bytes(c->ix->originals,
+	    c->dim));
 }
 
 /* Bit j: row 32 blk + j lies in rows [r0, r1) (blk within their blocks). */
@@ -714,6 +714,10 @@ advise_segs(const struct ctx *c, const struct seg *sg, size_t ns)
 		else
 			advise_range(c, blk_factors(p, sg[e].b0),
 			    nb * TQ_BLOCK * TQ_NFACTORS * sizeof(float));
+		/* The list's map to its originals, read to re-rank. */
+		if (c->rerank && p->omap != NULL)
+			advise_range(c, p->omap + 4 * (sg[e].r0 - p->row0),
+			    4 * (size_t)(sg[e].r1 - sg[e].r0));
 	}
 }
 

@@ -571,9 +571,11 @@ void tq_build_params_default(struct tq_build_params *p);
  *
  * With a quantizer that has lists, each row is assigned to its nearest
  * list and the index stores the lists one after another, each in input
- * order.  The corpus is still read once: the encoded rows go to an
- * unlinked temporary file beside `path` (about the size of the index), in
- * buckets of consecutive lists, and each bucket is read back once (once
+ * order.  The corpus is still read once: the originals go into the output
+ * as they arrive (each vector's once, mapped to its rows by OMAP, tq(5)),
+ * and the encoded rows to an unlinked temporary file beside `path` (about
+ * the size of the index without its originals), in buckets of consecutive
+ * lists, and each bucket is read back once (once
  * per p->memory bytes of its rows when it holds more) to write its lists;
  * its disk blocks are then given back (hole punching, where supported).
  * Peak memory is about p->memory plus a few chunks, whatever the corpus
@@ -1024,7 +1026,9 @@ enum tq_status tq_file_info(const char *path, struct tq_file_info *out);
 
 /*
  * Checks every section checksum.  On TQ_ERR_CHECKSUM, tq_errdetail()
- * names the first bad section.
+ * names the first bad section.  For an index, also what opening leaves to
+ * the readers: every OMAP entry names one of its segment's originals
+ * (TQ_ERR_FORMAT otherwise).
  */
 enum tq_status tq_file_verify(const char *path);
 

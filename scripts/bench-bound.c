@@ -168,7 +168,7 @@ main(int argc, char **argv)
 			for (uint64_t r = 0; r < p->n; r++) {
 				const float *fs = p->factors + r / TQ_BLOCK *
 				    TQ_BLOCK * TQ_NFACTORS + r % TQ_BLOCK;
-				const uint8_t *o = p->orig + r * dim * 4;
+				const uint8_t *o = tq_part_orig(p, r, dim * 4);
 				double dot = 0, ex = 0, dd = 0, sv = fs[0], rho;
 				double a;
 				struct row *w = &rows[nrows];

@@ -29,8 +29,12 @@ setup_file() {
 	# With a calibration (a second commit), for the CALB cases.
 	"$TQ_BIN/tq-build" -q "$F/good.tq" --calibrate-sample 50 \
 	    -o "$F/cal.tqi" "$F/c.bin"
+	# IVF with originals and copies: its rows' map to them (OMAP).
+	"$TQ_BIN/tq-fit" --lists 4 -i "$F/c.bin" -o "$F/ivf.tq"
+	"$TQ_BIN/tq-build" -q "$F/ivf.tq" --originals f16 --dups 2 \
+	    --dup-ratio 1000 --no-calibrate -o "$F/ivf.tqi" "$F/c.bin"
 	"$PY" "$MAL/make-index-cases" "$F/good.tqi" "$F/good.tq" "$F/cases" \
-	    "$F/good32.tqi" "$F/cal.tqi" >"$F/ncases"
+	    "$F/good32.tqi" "$F/cal.tqi" "$F/ivf.tqi" >"$F/ncases"
 }
 
 setup() {
@@ -110,6 +114,14 @@ check() {
 @test "checksum cases (s-): tq-inspect --verify refuses; tq-search exits 0 or 1" {
 	cases s | check refuse tq-inspect --verify {}
 	cases s | check nocrash tq-search -i "$F/q.bin" -o /dev/null {}
+}
+
+@test "map cases (v-): tq-inspect --verify and a compaction refuse each; tq-search exits 0 or 1" {
+	[ -n "$(cases v)" ]
+	cases v | check refuse tq-inspect --verify {}
+	cases v | check refuse tq-build --compact -o out.tqi {}
+	cases v | check nocrash tq-search -i "$F/q.bin" --oversample 4 -o /dev/null {}
+	cases v | check nocrash tq-search -i "$F/q.bin" --oversample auto -o /dev/null {}
 }
 
 @test "malformed vector files: tq-build refuses each with the reader's detail" {

@@ -1362,6 +1362,85 @@ test_ivf_dups(void)
 	free(x);
 }
 
+/*
+ * IVF with originals: ORIG holds each vector once, in the order it
+ * arrived, and OMAP maps every row (each copy) to it; a build with a
+ * small --memory writes the same bytes; a compaction after deletes keeps
+ * the live originals in that order, each once.
+ */
+static int
+omap_rows_ok(const char *path, const float *x, uint32_t dim, uint64_t m)
+{
+	struct tq_index *ix;
+	int ok = 1;
+
+	if (tq_index_open(path, &ix) != TQ_OK)
+		return 0;
+	for (uint32_t s = 0; s < ix->nparts; s++) {
+		const struct tq_part *p = &ix->parts[s];
+
+		ok &= p->omap != NULL && p->norig == m;
+		for (uint64_t r = 0; ok && r < p->n; r++) {
+			uint64_t id = rd_le64(p->ids + 8 * r);
+
+			ok &= memcmp(tq_part_orig(p, r, 4 * (size_t)dim),
+			    x + id * dim, 4 * (size_t)dim) == 0;
+		}
+	}
+	tq_index_close(ix);
+	return ok;
+}
+
+static void
+test_ivf_omap(void)
+{
+	const uint32_t dim = 16, n = 400, nl = 5;
+	float *x = make_data(n, dim);
+	struct tq_quantizer *qi = fit_data(x, n, dim, 4, TQ_METRIC_L2, nl);
+	struct tq_build_params bp;
+	struct tq_reader *r;
+	struct tq_index *ix;
+	uint64_t del[100], got;
+	char b1[4096], b2[4096];
+	const char *pa = path_of(b1, "om.tqi"), *pb = path_of(b2, "om1.tqi");
+
+	write_fixture(unit_path("om.bin"), x, n, dim);
+	tq_build_params_default(&bp);
+	bp.dups = 3;
+	bp.dup_ratio = 1e6f;
+	bp.originals = TQ_ORIG_F32;
+	CHECK_OK(tq_reader_open(unit_path("om.bin"), NULL, &r));
+	CHECK_OK(tq_build(qi, r, NULL, &bp, pa));
+	tq_reader_close(r);
+	CHECK(omap_rows_ok(pa, x, dim, n));
+	/* Entry j of ORIG is vector j: the arrival order. */
+	CHECK_OK(tq_index_open(pa, &ix));
+	CHECK(ix->n == 3 * (uint64_t)n);
+	CHECK(memcmp(ix->parts[0].orig, x, (size_t)n * dim * 4) == 0);
+	tq_index_close(ix);
+	bp.memory = 1;		/* many windows of the spill */
+	CHECK_OK(tq_reader_open(unit_path("om.bin"), NULL, &r));
+	CHECK_OK(tq_build(qi, r, NULL, &bp, pb));
+	tq_reader_close(r);
+	CHECK(files_equal(pa, pb));
+
+	/* Delete every fourth vector (all its copies), then compact. */
+	for (uint64_t i = 0; i < 100; i++)
+		del[i] = 4 * i + 1;
+	CHECK_OK(tq_index_delete(pa, del, 100, NULL, pa, &got));
+	CHECK(got == 300);
+	CHECK_OK(tq_index_compact(pa, NULL, pb));
+	CHECK(omap_rows_ok(pb, x, dim, n - 100));
+	CHECK_OK(tq_index_open(pb, &ix));
+	for (uint64_t j = 0, i = 0; j < n; j++)
+		if (j % 4 != 1)
+			CHECK(memcmp(ix->parts[0].orig + 4 * dim * i++,
+			    x + j * dim, 4 * dim) == 0);
+	tq_index_close(ix);
+	tq_quantizer_free(qi);
+	free(x);
+}
+
 /* A LIST section out of order, or without lists, is refused. */
 static void
 test_ivf_checks(void)
@@ -1485,6 +1564,7 @@ main(void)
 	RUN(test_kmeans);
 	RUN(test_ivf);
 	RUN(test_ivf_dups);
+	RUN(test_ivf_omap);
 	RUN(test_ivf_checks);
 	RUN(test_build_progress);
 	return unit_done();
