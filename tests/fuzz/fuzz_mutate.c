@@ -63,7 +63,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (tq_index_append(path, r, NULL, NULL, path) == TQ_OK) {
 		if (tq_index_open(path, &ix) != TQ_OK)
 			abort();
-		if (tq_index_live(ix) != n0 + 3)
+		/* Rows: with copies (--dups) a vector may be several. */
+		if (tq_index_live(ix) < n0 + 3)
 			abort();
 		tq_index_close(ix);
 	}
