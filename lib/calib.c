@@ -12,12 +12,9 @@
  * neighbours and of their results, so that they are as hard as queries
  * from outside (the row itself would otherwise be a free rank 1).
  */
-#include <sys/mman.h>
-
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "calib.h"
 
@@ -346,25 +343,14 @@ struct rowsrc {
 	uint64_t *rowid;		/* chunk row numbers */
 	const uint8_t *lo, *hi;		/* originals read by the last call */
 	uint32_t *inv;			/* OMAP: entry -> first live local
-					   row, UINT32_MAX for none */
-	uint32_t invpart;		/* part + 1 that inv is of, or 0 */
+					   row of part, UINT32_MAX for none */
 };
 
-/*
- * The pages of originals already read are given back to the page cache
- * (MADV_DONTNEED on a read-only file mapping drops them from the
- * process, not from the file): a pass over the whole ORIG of a large
- * index would otherwise count all of it in the resident set.
- */
+/* The pages of originals already read go back (tq_map_release). */
 static void
 release(struct rowsrc *s)
 {
-	uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
-	uintptr_t a = ((uintptr_t)s->lo + pg - 1) & ~(pg - 1);
-	uintptr_t b = (uintptr_t)s->hi & ~(pg - 1);
-
-	if (s->lo != NULL && b > a)
-		(void)madvise((void *)a, b - a, MADV_DONTNEED);
+	tq_map_release(s->lo, s->hi);
 	s->lo = s->hi = NULL;
 }
 
@@ -373,7 +359,7 @@ static enum tq_status
 inv_make(struct rowsrc *s, const struct tq_part *p)
 {
 	free(s->inv);
-	s->invpart = 0;
+	s->inv = NULL;
 	if (p->n > UINT32_MAX)
 		return tq_fail(TQ_ERR_OVERFLOW, "segment %u: too many rows "
 		    "to calibrate", (unsigned)s->part);
@@ -383,7 +369,6 @@ inv_make(struct rowsrc *s, const struct tq_part *p)
 	for (uint64_t r = p->n; r-- > 0; )
 		if (!tq_part_dead(p, r))
 			s->inv[tq_part_orig_index(p, r)] = (uint32_t)r;
-	s->invpart = s->part + 1;
 	return TQ_OK;
 }
 
@@ -411,7 +396,7 @@ rows_next(void *arg, float *x, size_t max, size_t *got,
 			s->r = 0;
 			continue;
 		}
-		if (p->omap != NULL && s->invpart != s->part + 1)
+		if (p->omap != NULL && s->r == 0)	/* a segment begins */
 			TQ_TRY(inv_make(s, p));
 		if (s->lo == NULL)
 			s->lo = p->orig + rb * s->r;
@@ -680,7 +665,7 @@ truth_of(struct calrun *c, uint32_t kt, uint64_t *truth, uint32_t *tlen)
 {
 	const struct tq_index *ix = c->ix;
 	uint32_t cop = ix->dups > 1 ? ix->dups : 1, kx, j, n;
-	struct rowsrc src = { ix, 0, 0, NULL, NULL, NULL, NULL, 0 };
+	struct rowsrc src = { ix, 0, 0, NULL, NULL, NULL, NULL };
 	uint64_t *ids;
 	float *sc;
 	enum tq_status rc;

@@ -331,6 +331,17 @@ tq_file_unmap(struct tq_file *f)
 	f->nsections = 0;
 }
 
+void
+tq_map_release(const void *lo, const void *hi)
+{
+	uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t a = ((uintptr_t)lo + pg - 1) & ~(pg - 1);
+	uintptr_t b = (uintptr_t)hi & ~(pg - 1);
+
+	if (lo != NULL && b > a)
+		(void)madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
 const uint8_t *
 tq_file_section(const struct tq_file *f, uint32_t tag, uint64_t *len)
 {
@@ -898,26 +909,18 @@ tq_fw_keep(struct tq_filewriter *fw, const struct tq_section_info *si)
 
 /* Every section's checksum (tq_file_verify adds the index's own checks). */
 enum tq_status
-tq_file_verify_sums(const char *path)
+tq_file_verify_sums(const struct tq_file *f)
 {
-	struct tq_file f;
+	for (uint32_t i = 0; i < f->nsections; i++) {
+		const struct tq_section_info *s = &f->sec[i];
+		XXH64_hash_t h = XXH64(f->base + s->offset, (size_t)s->length,
+		    0);
 
-	TQ_TRY(tq_file_map(path, &f));
-	for (uint32_t i = 0; i < f.nsections; i++) {
-		const struct tq_section_info *s = &f.sec[i];
-		XXH64_hash_t h = XXH64(f.base + s->offset, (size_t)s->length, 0);
-
-		if (h != s->checksum) {
-			/* The detail first: unmapping frees the table. */
-			enum tq_status rc = tq_fail(TQ_ERR_CHECKSUM, "section "
-			    "%s: checksum %016llx, expected %016llx", s->tag,
+		if (h != s->checksum)
+			return tq_fail(TQ_ERR_CHECKSUM, "section %s: checksum "
+			    "%016llx, expected %016llx", s->tag,
 			    (unsigned long long)h,
 			    (unsigned long long)s->checksum);
-
-			tq_file_unmap(&f);
-			return rc;
-		}
 	}
-	tq_file_unmap(&f);
 	return TQ_OK;
 }

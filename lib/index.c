@@ -850,12 +850,13 @@ orig_put(struct build *b, const uint8_t *src, uint64_t n)
 
 /*
  * A spill record: u32 list, packed codes, the factors (host floats),
- * the id (8 bytes, little-endian), with originals the row's entry of
- * ORIG (8 bytes, host order; the original itself went to the output as
- * it arrived), rho (f16, 2 bytes, host order) and, in a build with
- * labels, the row's label number (8 bytes, little-endian; labels.c).
- * 10M x 768 with f16 originals spilled 19.4 GB when the records held the
- * originals (2.09 times the index written in all), 4.2 GB without.
+ * the id (8 bytes, little-endian), with originals the row's OMAP entry
+ * (u32, little-endian: the original itself went to the output as it
+ * arrived), rho (f16, 2 bytes, host order) and, in a build with labels,
+ * the row's label number (8 bytes, little-endian; labels.c).  10M x 768
+ * with f16 originals: the spill peaked at 20.0 GB when the records held
+ * the originals (2.09 times the index written in all), at 4.18 GB
+ * without (1.23 times).
  */
 /*
  * Buckets: up to SPILL_BUCKETS of consecutive lists, each with a write
@@ -875,7 +876,7 @@ spill_open(struct build *b, const char *path)
 	char *tmp;
 
 	b->rec = 4 + tq_code_bytes(b->q) + TQ_NFACTORS * sizeof(float) + 8 +
-	    (b->omap ? 8 : 0) + 2 + (b->lbl != NULL ? 8 : 0);
+	    (b->omap ? 4 : 0) + 2 + (b->lbl != NULL ? 8 : 0);
 	if (b->rec > b->scap)
 		return tq_fail(TQ_ERR_OVERFLOW, "rows too large to spill");
 	b->nbucket = nl < SPILL_BUCKETS ? nl : SPILL_BUCKETS;
@@ -932,8 +933,8 @@ static enum tq_status
 spill_rows(struct build *b, size_t rows)
 {
 	const struct tq_quantizer *q = b->q;
-	size_t cb = tq_code_bytes(q), ob = b->omap ? 8 : 0;
-	uint64_t arr = b->narr;
+	size_t cb = tq_code_bytes(q), ob = b->omap ? 4 : 0;
+	uint64_t arr = b->narr;	/* orig_put keeps it below 2^32 */
 
 	if (b->omap)
 		TQ_TRY(orig_put(b, b->obuf, rows));
@@ -955,12 +956,9 @@ spill_rows(struct build *b, size_t rows)
 		    TQ_NFACTORS * sizeof(float));
 		memcpy(r + 4 + cb + TQ_NFACTORS * sizeof(float),
 		    b->idbuf + 8 * i, 8);
-		if (ob > 0) {
-			uint64_t a = arr + i;
-
-			memcpy(r + 4 + cb + TQ_NFACTORS * sizeof(float) + 8,
-			    &a, 8);
-		}
+		if (ob > 0)
+			wr_le32(r + 4 + cb + TQ_NFACTORS * sizeof(float) + 8,
+			    (uint32_t)(arr + i));
 		memcpy(r + 4 + cb + TQ_NFACTORS * sizeof(float) + 8 + ob,
 		    &b->rho[i], 2);
 		if (b->lbl != NULL)	/* the new row's label: its number */
@@ -984,7 +982,7 @@ static void
 record_to_chunk(struct build *b, const uint8_t *r, size_t at)
 {
 	const struct tq_quantizer *q = b->q;
-	size_t cb = tq_code_bytes(q), ob = b->omap ? 8 : 0;
+	size_t cb = tq_code_bytes(q), ob = b->omap ? 4 : 0;
 	float *fb = b->fblocks + at / TQ_BLOCK * TQ_BLOCK * TQ_NFACTORS +
 	    at % TQ_BLOCK, f[TQ_NFACTORS];
 
@@ -994,12 +992,9 @@ record_to_chunk(struct build *b, const uint8_t *r, size_t at)
 	for (unsigned k = 0; k < TQ_NFACTORS; k++)
 		fb[k * TQ_BLOCK] = f[k];
 	memcpy(b->idbuf + 8 * at, r + 4 + cb + TQ_NFACTORS * sizeof(float), 8);
-	if (ob > 0) {
-		uint64_t a;
-
-		memcpy(&a, r + 4 + cb + TQ_NFACTORS * sizeof(float) + 8, 8);
-		wr_le32(b->mbuf + 4 * at, (uint32_t)a);
-	}
+	if (ob > 0)	/* the OMAP entry, as it will stand */
+		memcpy(b->mbuf + 4 * at, r + 4 + cb + TQ_NFACTORS *
+		    sizeof(float) + 8, 4);
 	memcpy(b->wbuf + 2 * at, r + 4 + cb + TQ_NFACTORS * sizeof(float) + 8 +
 	    ob, 2);
 	if (b->lbl != NULL)
@@ -1811,7 +1806,7 @@ part_bind(struct tq_index *ix, uint32_t part, struct tq_part *p)
 {
 	const struct tq_file *f = &ix->file;
 	const uint8_t *fp;
-	uint64_t len, hlen = 0, want, w;
+	uint64_t len, hlen = 0, ml, want, w;
 	unsigned seg = part > 0 ? part - 1 : 0;
 
 	p->ids = tq_file_part(f, part, TQ_TAG_IDS, &len);
@@ -1843,17 +1838,16 @@ part_bind(struct tq_index *ix, uint32_t part, struct tq_part *p)
 		return tq_fail(TQ_ERR_FORMAT, "section FACT: missing or "
 		    "wrong length");
 	p->factors = (const float *)(const void *)fp;
+	p->omap = tq_file_part(f, part, TQ_TAG_OMAP, &ml);
 	p->orig = tq_file_part(f, part, TQ_TAG_ORIG, &len);
 	if (ix->originals == TQ_ORIG_NONE) {
-		if (p->orig != NULL)
-			return tq_fail(TQ_ERR_FORMAT, "section ORIG present "
-			    "but IPAR says none");
+		if (p->orig != NULL || p->omap != NULL)
+			return tq_fail(TQ_ERR_FORMAT, "section %s present "
+			    "but IPAR says no originals", p->orig != NULL ?
+			    "ORIG" : "OMAP");
 	} else {
-		uint64_t ml;
-
 		w = ix->originals == TQ_ORIG_F32 ? 4 : 2;
 		w *= ix->q->dim;
-		p->omap = tq_file_part(f, part, TQ_TAG_OMAP, &ml);
 		p->norig = len / w;
 		if (p->orig == NULL || len % w != 0 || p->norig == 0 ||
 		    (p->omap == NULL ? p->norig != p->n : p->norig > p->n))
@@ -1864,10 +1858,6 @@ part_bind(struct tq_index *ix, uint32_t part, struct tq_part *p)
 			    ix->nlist == 0 ? "in a flat index" :
 			    "wrong length");
 	}
-	if (ix->originals == TQ_ORIG_NONE &&
-	    tq_file_part(f, part, TQ_TAG_OMAP, &len) != NULL)
-		return tq_fail(TQ_ERR_FORMAT, "section OMAP present but IPAR "
-		    "says no originals");
 	p->list = tq_file_part(f, part, TQ_TAG_LIST, &len);
 	if (ix->nlist == 0 && p->list != NULL)
 		return tq_fail(TQ_ERR_FORMAT, "section LIST present but the "
@@ -2138,13 +2128,13 @@ tq_file_verify(const char *path)
 	enum tq_status rc;
 	int maps = 0;
 
-	TQ_TRY(tq_file_verify_sums(path));
 	TQ_TRY(tq_file_map(path, &f));
+	rc = tq_file_verify_sums(&f);
 	for (uint32_t i = 0; i < f.nsections; i++)
 		maps |= memcmp(f.sec[i].tag, "OMAP", 4) == 0;
 	tq_file_unmap(&f);
-	if (!maps)
-		return TQ_OK;
+	if (rc != TQ_OK || !maps)
+		return rc;
 	TQ_TRY(index_open(path, -1, &ix));
 	rc = maps_check(ix);
 	tq_index_close(ix);
@@ -2221,7 +2211,7 @@ tq_file_info(const char *path, struct tq_file_info *out)
 	struct tq_index *ix;
 	enum tq_status rc;
 	uint64_t wrows = 0;
-	double fbytes = 0.0;
+	double fbytes = 0.0, obytes = 0.0;
 
 	memset(out, 0, sizeof(*out));
 	TQ_TRY(tq_file_map(path, &f));
@@ -2263,8 +2253,12 @@ tq_file_info(const char *path, struct tq_file_info *out)
 	out->bytes_per_vector = ((double)ix->nblocks *
 	    (double)ix->block_bytes + fbytes + 2.0 * (double)wrows) /
 	    (double)ix->n + 8.0;
-	out->original_bytes_per_vector = ix->originals == TQ_ORIG_NONE ? 0 :
-	    (double)ix->q->dim * (ix->originals == TQ_ORIG_F32 ? 4 : 2);
+	/* ORIG and OMAP: copies share an original, the map is 4 a row. */
+	for (uint32_t s = 0; s < ix->nparts; s++)
+		obytes += (double)ix->parts[s].norig * (double)tq_orig_bytes(
+		    ix->originals, ix->q->dim) + (ix->parts[s].omap != NULL ?
+		    4.0 * (double)ix->parts[s].n : 0.0);
+	out->original_bytes_per_vector = obytes / (double)ix->n;
 	tq_index_close(ix);
 	return TQ_OK;
 }
@@ -2609,18 +2603,6 @@ done:
 	return rc;
 }
 
-/* Gives the pages of [a, a + len) of a file mapping back (MADV_DONTNEED). */
-static void
-drop_pages(const uint8_t *a, size_t len)
-{
-	uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
-	uintptr_t lo = ((uintptr_t)a + pg - 1) & ~(pg - 1);
-	uintptr_t hi = ((uintptr_t)a + len) & ~(pg - 1);
-
-	if (hi > lo)
-		(void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
-}
-
 /*
  * A rewrite of an IVF index with originals: ORIG begins with the live
  * originals of ix, segment by segment in the order of each one's ORIG
@@ -2675,7 +2657,8 @@ orig_old(struct build *b, const struct tq_index *ix, const char *out)
 			    (o->bits[(j + run) / 64] >> ((j + run) % 64) & 1))
 				run++;
 			TQ_TRY(orig_put(b, p->orig + j * ob, run));
-			drop_pages(p->orig + j * ob, (size_t)run * ob);
+			tq_map_release(p->orig + j * ob, p->orig +
+			    (j + run) * ob);
 		}
 	}
 	return TQ_OK;

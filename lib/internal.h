@@ -273,9 +273,9 @@ unsigned tq_ncpu(void);
  * ORIG  n * dim f32 or f16 originals (for cosine: normalised), in row
  *       order; with OMAP, m of them (1 <= m <= n) in the order the vectors
  *       arrived, each once however many lists hold it.
- * OMAP  IVF with originals (written since format 2 builds of 2026-12):
- *       n u32, the entry of ORIG that holds each row's original.  Absent:
- *       row i's is entry i.  Entries are checked where they are used, not
+ * OMAP  optional, IVF with originals (every IVF build with originals
+ *       writes it; older segments have none): n u32, the entry of ORIG
+ *       that holds each row's original.  Absent: row i's is entry i.  Entries are checked where they are used, not
  *       on open: one past m reads as entry m - 1 (tq_part_orig_index), and
  *       verification and rewrites refuse the file.
  * LIST  present iff the quantizer has IVFC: nlist + 1 u64 row offsets,
@@ -582,8 +582,14 @@ enum tq_status tq_file_map(const char *path, struct tq_file *f);
 /* The same on an open descriptor (not closed; the mapping outlives it). */
 enum tq_status tq_file_map_fd(int fd, struct tq_file *f);
 void tq_file_unmap(struct tq_file *f);
+/*
+ * Gives the whole pages within [lo, hi) of a read-only file mapping back
+ * (MADV_DONTNEED drops them from the process, not from the page cache),
+ * so that a pass over a large section does not stay in the resident set.
+ */
+void tq_map_release(const void *lo, const void *hi);
 /* Every section's checksum against the table's (format.c). */
-enum tq_status tq_file_verify_sums(const char *path);
+enum tq_status tq_file_verify_sums(const struct tq_file *f);
 /* Finds a section of the whole index (part 0); NULL (and *len = 0) if none. */
 const uint8_t *tq_file_section(const struct tq_file *f, uint32_t tag,
     uint64_t *len);
@@ -1125,7 +1131,8 @@ tq_orig_bytes(enum tq_originals o, uint32_t dim)
 /*
  * The ORIG entry of local row r of segment p.  An OMAP entry past the
  * segment's originals (only a hostile file has one) reads as the last,
- * so that no read leaves the section; tq_index_check_maps refuses it.
+ * so that no read leaves the section; tq_file_verify (maps_check in
+ * index.c) and rewrites (orig_old) refuse it.
  */
 static inline uint64_t
 tq_part_orig_index(const struct tq_part *p, uint64_t r)

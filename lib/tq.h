@@ -1013,7 +1013,7 @@ struct tq_file_info {
 	uint64_t live;			/* rows not deleted */
 	enum tq_originals originals;
 	double bytes_per_vector;	/* codes + factors + ids + WDTH */
-	double original_bytes_per_vector;
+	double original_bytes_per_vector;	/* ORIG and OMAP a row */
 	uint32_t segments;		/* index: segments (appends since the
 					   last build or compaction, + 1) */
 	uint64_t commit;		/* index, version 2: commit number */

@@ -26,7 +26,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	uint64_t del[2] = { 1, 2 }, n0;
 	struct tq_index *ix;
 	struct tq_reader *r;
-	uint32_t d;
+	struct tq_file_info fi;
+	uint32_t d, cop;
 	float *rows;
 
 	if (path[0] == '\0') {
@@ -45,6 +46,10 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	d = tq_quantizer_dim(tq_index_quantizer(ix));
 	n0 = tq_index_live(ix);
 	tq_index_close(ix);
+	/* With copies (--dups) a vector is 1 to cop rows. */
+	if (tq_file_info(path, &fi) != TQ_OK)
+		abort();
+	cop = fi.dups > 1 ? fi.dups : 1;
 	if (d > 4096)
 		return 0;
 	if ((rows = malloc(8 + 3 * (size_t)d * sizeof(float))) == NULL)
@@ -63,8 +68,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (tq_index_append(path, r, NULL, NULL, path) == TQ_OK) {
 		if (tq_index_open(path, &ix) != TQ_OK)
 			abort();
-		/* Rows: with copies (--dups) a vector may be several. */
-		if (tq_index_live(ix) < n0 + 3)
+		if (tq_index_live(ix) < n0 + 3 ||
+		    tq_index_live(ix) > n0 + 3 * (uint64_t)cop)
 			abort();
 		tq_index_close(ix);
 	}
