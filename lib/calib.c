@@ -342,6 +342,8 @@ struct rowsrc {
 	uint64_t r;			/* entry of part's ORIG */
 	uint64_t *rowid;		/* chunk row numbers */
 	const uint8_t *lo, *hi;		/* originals read by the last call */
+	const uint8_t *ahead;		/* the end of the originals asked for
+					   (tq_map_willneed) */
 	uint32_t *inv;			/* OMAP: entry -> first live local
 					   row of part, UINT32_MAX for none */
 };
@@ -398,8 +400,23 @@ rows_next(void *arg, float *x, size_t max, size_t *got,
 		}
 		if (p->omap != NULL && s->r == 0)	/* a segment begins */
 			TQ_TRY(inv_make(s, p));
-		if (s->lo == NULL)
+		if (s->lo == NULL) {
+			/*
+			 * The originals of this call and the next are asked
+			 * for in large reads (ORIG is MADV_RANDOM for the
+			 * searches): the next call's arrive during this
+			 * one's products.
+			 */
+			uint64_t e = p->omap != NULL ? p->norig : p->n;
+			const uint8_t *to = p->orig + rb * (e - s->r > 2 *
+			    (uint64_t)max ? s->r + 2 * (uint64_t)max : e);
+
 			s->lo = p->orig + rb * s->r;
+			if (s->ahead < s->lo || s->ahead > to)
+				s->ahead = s->lo;
+			tq_map_willneed(s->ahead, to);
+			s->ahead = to;
+		}
 		s->hi = p->orig + rb * (s->r + 1);
 		if (p->omap != NULL)
 			row = s->inv[s->r] == UINT32_MAX ? UINT64_MAX :
@@ -665,7 +682,7 @@ truth_of(struct calrun *c, uint32_t kt, uint64_t *truth, uint32_t *tlen)
 {
 	const struct tq_index *ix = c->ix;
 	uint32_t cop = ix->dups > 1 ? ix->dups : 1, kx, j, n;
-	struct rowsrc src = { ix, 0, 0, NULL, NULL, NULL, NULL };
+	struct rowsrc src = { ix, 0, 0, NULL, NULL, NULL, NULL, NULL };
 	uint64_t *ids;
 	float *sc;
 	enum tq_status rc;

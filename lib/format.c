@@ -342,6 +342,16 @@ tq_map_release(const void *lo, const void *hi)
 		(void)madvise((void *)a, b - a, MADV_DONTNEED);
 }
 
+void
+tq_map_willneed(const void *lo, const void *hi)
+{
+	uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t a = (uintptr_t)lo & ~(pg - 1);
+
+	if (lo != NULL && (uintptr_t)hi > a)
+		(void)madvise((void *)a, (uintptr_t)hi - a, MADV_WILLNEED);
+}
+
 const uint8_t *
 tq_file_section(const struct tq_file *f, uint32_t tag, uint64_t *len)
 {

@@ -1102,6 +1102,8 @@ old_rows_to_chunk(struct build *b, const struct tq_part *p, uint64_t r,
 			    o->cum[j / 64] + (uint64_t)__builtin_popcountll(w)));
 		}
 	} else if (ob > 0) {
+		/* One large read, not a fault a page (MADV_RANDOM). */
+		tq_map_willneed(p->orig + r * ob, p->orig + (r + len) * ob);
 		memcpy(b->obuf + at * ob, p->orig + r * ob, len * ob);
 	}
 	tq_lab_old(b->lbl, p, r, len, at);
@@ -2008,8 +2010,8 @@ advise_originals(const struct tq_index *ix)
 		if (p->orig == NULL)
 			continue;
 		a0 = (uintptr_t)p->orig & ~(pg - 1);
-		a1 = (uintptr_t)p->orig + (uintptr_t)(p->n * ix->q->dim *
-		    (ix->originals == TQ_ORIG_F32 ? 4 : 2));
+		a1 = (uintptr_t)p->orig + (uintptr_t)(p->norig *
+		    tq_orig_bytes(ix->originals, ix->q->dim));
 		(void)madvise((void *)a0, a1 - a0, MADV_RANDOM);
 	}
 }
@@ -2624,7 +2626,7 @@ orig_old(struct build *b, const struct tq_index *ix, const char *out)
 		const struct tq_part *p = &ix->parts[s];
 		struct orank *o = &b->orank[s];
 		uint64_t m = p->omap != NULL ? p->norig : p->n;
-		uint64_t nw = (m + 63) / 64, c = 0, j, run;
+		uint64_t nw = (m + 63) / 64, c = 0, j, run, ahead;
 
 		o->bits = tq_callocarray(nw, 8);
 		o->cum = tq_mallocarray(nw, 8);
@@ -2648,9 +2650,22 @@ orig_old(struct build *b, const struct tq_index *ix, const char *out)
 			c += (uint64_t)__builtin_popcountll(o->bits[w]);
 		}
 		o->base = b->narr;
-		/* The live entries, by runs of consecutive ones. */
-		for (j = 0; j < m; j += run) {
+		/*
+		 * The live entries, by runs of consecutive ones; ORIG is
+		 * asked for a window ahead in large reads (it is
+		 * MADV_RANDOM for the searches).
+		 */
+		for (j = 0, ahead = 0; j < m; j += run) {
 			run = 1;
+			if (j + cap > ahead && ahead < m) {
+				uint64_t to = m - j > 2 * cap ? j + 2 * cap : m;
+
+				if (ahead < j)
+					ahead = j;
+				tq_map_willneed(p->orig + ahead * ob,
+				    p->orig + to * ob);
+				ahead = to;
+			}
 			if (!(o->bits[j / 64] >> (j % 64) & 1))
 				continue;
 			while (j + run < m && run < cap &&

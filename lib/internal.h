@@ -588,6 +588,12 @@ void tq_file_unmap(struct tq_file *f);
  * so that a pass over a large section does not stay in the resident set.
  */
 void tq_map_release(const void *lo, const void *hi);
+/*
+ * Asks the kernel to start reading the pages of [lo, hi) of a file
+ * mapping now (MADV_WILLNEED, asynchronous): one round of large reads
+ * instead of a page fault after another, whatever MADV_RANDOM says.
+ */
+void tq_map_willneed(const void *lo, const void *hi);
 /* Every section's checksum against the table's (format.c). */
 enum tq_status tq_file_verify_sums(const struct tq_file *f);
 /* Finds a section of the whole index (part 0); NULL (and *len = 0) if none. */

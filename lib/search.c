@@ -58,7 +58,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -528,7 +527,6 @@ struct ctx {
 	double az;
 	float rho_g;
 	float *qerr;		/* each query's table bound (tq_lut err) */
-	uintptr_t page;		/* the page size, for madvise */
 };
 
 /* Candidate t of query q of a tile, row `row`. */
@@ -685,11 +683,9 @@ query_segs(const struct ctx *c, size_t i, struct seg *sg)
 
 /* Asks the kernel to read bytes [a, a + len) ahead (madvise). */
 static void
-advise_range(const struct ctx *c, const void *a, size_t len)
+advise_range(const void *a, size_t len)
 {
-	uintptr_t a0 = (uintptr_t)a & ~(c->page - 1);
-
-	(void)madvise((void *)a0, (uintptr_t)a + len - a0, MADV_WILLNEED);
+	tq_map_willneed(a, (const uint8_t *)a + len);
 }
 
 /*
@@ -706,17 +702,17 @@ advise_segs(const struct ctx *c, const struct seg *sg, size_t ns)
 		const struct tq_part *p = sg[e].p;
 		uint64_t nb = sg[e].b1 - sg[e].b0;
 
-		advise_range(c, blk_codes(c, p, sg[e].b0),
+		advise_range(blk_codes(c, p, sg[e].b0),
 		    nb * c->ix->block_bytes);
 		if (p->fach != NULL)
-			advise_range(c, p->fach + (sg[e].b0 - p->block0) *
+			advise_range(p->fach + (sg[e].b0 - p->block0) *
 			    TQ_FACH_BLOCK, nb * TQ_FACH_BLOCK);
 		else
-			advise_range(c, blk_factors(p, sg[e].b0),
+			advise_range(blk_factors(p, sg[e].b0),
 			    nb * TQ_BLOCK * TQ_NFACTORS * sizeof(float));
 		/* The list's map to its originals, read to re-rank. */
 		if (c->rerank && p->omap != NULL)
-			advise_range(c, p->omap + 4 * (sg[e].r0 - p->row0),
+			advise_range(p->omap + 4 * (sg[e].r0 - p->row0),
 			    4 * (size_t)(sg[e].r1 - sg[e].r0));
 	}
 }
@@ -727,7 +723,7 @@ advise_row(const struct ctx *c, uint64_t r)
 {
 	size_t len = tq_orig_bytes(c->ix->originals, c->dim);
 
-	advise_range(c, row_orig(c, r), len);
+	advise_range(row_orig(c, r), len);
 }
 
 /*
@@ -2352,7 +2348,6 @@ tq_search_refine(const struct tq_index *ix, const float *queries, size_t nq,
 	c.k = p->k;
 	c.rerank = p->oversample > 1.0f || p->oversample < 0.0f;
 	c.autor = p->oversample < 0.0f;
-	c.page = (uintptr_t)sysconf(_SC_PAGESIZE);
 	c.az = 2.0 * (p->auto_z > 0.0f ? (double)p->auto_z : TQ_AUTO_Z) *
 	    (1.0 + 1e-6) / sqrt(dim > 1 ? (double)dim - 1.0 : 1.0);
 	{
@@ -2501,7 +2496,6 @@ tq_search_range(const struct tq_index *ix, const float *queries, size_t nq,
 	c.kern = tq_kernels();
 	c.metric = q->metric;
 	c.dim = q->dim;
-	c.page = (uintptr_t)sysconf(_SC_PAGESIZE);
 	c.rq = s.rq;
 	c.qc = s.qc;
 	c.qn2 = s.qn2;
