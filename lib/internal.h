@@ -356,6 +356,14 @@ struct tq_ivf {
 	float *n2;			/* nlist: |c|^2 in the fixed order */
 	double cmax;			/* largest |c| */
 	double n2max;			/* largest n2 */
+	/*
+	 * The centroids in bf16 for the filter (tq_bf16_kernel), blocks of
+	 * 16 lists, bfnl lists (nlist padded with zeros to TQ_BF16_LISTS);
+	 * NULL: sgemm filters.
+	 */
+	void *bfc;
+	uint32_t bfnl;
+	double *bfe;			/* per list: |c - bf16(c)|, |c| */
 };
 
 struct tq_quantizer {
@@ -381,8 +389,13 @@ struct tq_quantizer {
 	float *ivfmem;			/* owned centroids, or NULL */
 };
 
-/* Fills v->n2, v->cmax and v->n2max from v->cent. */
+/*
+ * Fills v->n2, v->cmax and v->n2max from v->cent, and the bf16 filter's
+ * centroids where the CPU has that filter.
+ */
 enum tq_status tq_ivf_prepare(struct tq_ivf *v, uint32_t dim);
+/* Frees what tq_ivf_prepare allocated (not cent). */
+void tq_ivf_release(struct tq_ivf *v);
 /*
  * The best p lists (p <= nlist) of each of n rows x, best first, into
  * lists[i * p ..]: the nearest by |x - c|^2 (x scaled to unit length
@@ -1021,6 +1034,35 @@ float tq_dot_tail(float s, const float *x, const float *a, uint32_t j,
 float tq_dot_reduce16(const float *lanes);
 /* The dot kernel of the chosen instruction set. */
 tq_dot_fn tq_dot_kernel(void);
+
+/*
+ * The IVF list filter in bf16 (lib/kern/near_bf16.c).  row: a row of dim
+ * floats rounded to bf16 (to nearest even, NaN kept, values below 2^-126
+ * to zero), a pair a word, into k2 = ceil(dim / 2) words; *rn = |bf16(x)|,
+ * *dn = |x - bf16(x)| (summed in double, in some order).  gemm: for m rows
+ * (each k2 words) and nl lists in blocks of 16 (cent: nl / 16 blocks of
+ * k2 64-byte vectors, word j of vector k the pair k of list j; 64-byte
+ * aligned), s[i * lds + o] = <x_i, c_o> as vdpbf16ps sums it (float
+ * lanes, in an order that is not the fixed one: the filter's bound covers
+ * any).  m must be a multiple of TQ_BF16_ROWS and nl of TQ_BF16_LISTS.
+ */
+#define TQ_BF16_ROWS 6
+#define TQ_BF16_LISTS 64
+struct tq_bf16_kernel {
+	void (*row)(const float *x, uint32_t dim, uint32_t *out, double *rn,
+	    double *dn);
+	void (*gemm)(const uint32_t *x, size_t m, const void *cent,
+	    uint32_t nl, uint32_t k2, float *s, size_t lds);
+};
+void tq_bf16_row_avx512(const float *x, uint32_t dim, uint32_t *out,
+    double *rn, double *dn);
+void tq_bf16_gemm_avx512(const uint32_t *x, size_t m, const void *cent,
+    uint32_t nl, uint32_t k2, float *s, size_t lds);
+/*
+ * The bf16 filter of the chosen instruction set (AVX-512 with BF16), or
+ * NULL: the filter is sgemm's.
+ */
+const struct tq_bf16_kernel *tq_bf16_kernel(void);
 
 /*
  * A row times a block-diagonal matrix (lib/kern/dot_scalar.c): nb square

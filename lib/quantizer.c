@@ -67,7 +67,7 @@ tq_quantizer_free(struct tq_quantizer *q)
 		free(q->centre);	/* rcentre shares this allocation */
 	}
 	free(q->ivfmem);
-	free(q->ivf.n2);
+	tq_ivf_release(&q->ivf);
 	free(q);
 }
 

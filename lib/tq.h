@@ -1041,6 +1041,14 @@ const char *tq_kernel_name(void);
  * "" if none.  Static.
  */
 const char *tq_cpu_features(void);
+/*
+ * The filter that rules out IVF lists for many rows at once (building,
+ * k-means, batches of queries) before the fixed-order products choose
+ * among the rest: "bf16" (tq's own AVX512_BF16 products, on a CPU that
+ * has them at kernel level avx512 or amx) or "sgemm" (the BLAS).  Either
+ * gives the same lists.  Static.
+ */
+const char *tq_list_filter_name(void);
 
 /* ------------------------------------------------------------------------ */
 /* BLAS                                                                      */

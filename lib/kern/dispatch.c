@@ -22,6 +22,11 @@
  * TQ_HAVE_AVX512, TQ_HAVE_AMX).  Every kernel must produce the same sums
  * as tq_scan_scalar and tq_scand_scalar, and the same bits as the fixed-
  * order products of dot_scalar.c.
+ *
+ * One kernel is apart from the table: the IVF list filter's bf16
+ * products (near_bf16.c, TQ_HAVE_BF16), offered by tq_bf16_kernel to a
+ * CPU with AVX512_BF16 when the chosen level is AVX-512 or AMX.  Its sums
+ * are not the fixed order's; they only filter, within a bound (ivf.c).
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -55,7 +60,9 @@ enum {
 	F_AMX = 1u << 11,	/* AMX-TILE, AMX-INT8, OS state and permission */
 	/* Not needed by tq's kernels; OpenBLAS's SkylakeX ones use them. */
 	F_AVX512DQ = 1u << 12,
-	F_AVX512CD = 1u << 13
+	F_AVX512CD = 1u << 13,
+	/* The IVF list filter's bf16 products (near_bf16.c). */
+	F_AVX512BF16 = 1u << 14
 };
 
 static const struct {
@@ -75,6 +82,7 @@ static const struct {
 	{ F_AVX512VL, "avx512vl" },
 	{ F_AVX512VBMI, "avx512vbmi" },
 	{ F_AVX512VNNI, "avx512vnni" },
+	{ F_AVX512BF16, "avx512bf16" },
 	{ F_AMX, "amx-int8" },
 };
 
@@ -215,6 +223,9 @@ detect(void)
 			if (c & (1u << 11))
 				have |= F_AVX512VNNI;
 		}
+		if ((have & F_AVX512F) && __get_cpuid_count(7, 1, &a, &b, &c,
+		    &d) && (a & (1u << 5)))
+			have |= F_AVX512BF16;
 		if (amx_state && (d & (3u << 24)) == (3u << 24) &&
 		    amx_permit())
 			have |= F_AMX;
@@ -283,6 +294,23 @@ const char *
 tq_kernel_name(void)
 {
 	return tq_kernels()->name;
+}
+
+const struct tq_bf16_kernel *
+tq_bf16_kernel(void)
+{
+	const char *name = tq_kernels()->name;
+#ifdef TQ_HAVE_BF16
+	static const struct tq_bf16_kernel avx512 = { tq_bf16_row_avx512,
+	    tq_bf16_gemm_avx512 };
+
+	/* Under a cap below AVX-512 (TQ_ISA), none. */
+	if ((cpu_have & F_AVX512BF16) && (strcmp(name, "avx512") == 0 ||
+	    strcmp(name, "amx") == 0))
+		return &avx512;
+#endif
+	(void)name;
+	return NULL;
 }
 
 int

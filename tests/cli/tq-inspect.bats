@@ -77,13 +77,19 @@ section_offset() { tq sections "$1" | awk -v t="$2" '$1 == t { print $2 }'; }
 	"$PY" -c 'import json,sys; json.loads(sys.argv[1])' "$output"
 }
 
-@test "tq-inspect --cpu: names the kernel; TQ_ISA=scalar overrides" {
+@test "tq-inspect --cpu: names the kernel and list filter; TQ_ISA=scalar overrides" {
 	run --separate-stderr "$TQ_BIN/tq-inspect" --cpu
 	assert_status 0
 	[[ "$output" =~ scalar|avx2|avx512|amx ]] || { show; false; }
+	[[ "$output" =~ list-filter:\ (bf16|sgemm) ]] || { show; false; }
+	if [[ "$output" == *avx512bf16* && "$output" =~ kernel:\ (avx512|amx) ]]
+	then
+		[[ "$output" == *"list-filter: bf16"* ]] || { show; false; }
+	fi
 	TQ_ISA=scalar run --separate-stderr "$TQ_BIN/tq-inspect" --cpu
 	assert_status 0
 	[[ "$output" == *scalar* ]] || { show; false; }
+	[[ "$output" == *"list-filter: sgemm"* ]] || { show; false; }
 }
 
 @test "a flipped byte in each payload: --verify exit 1 naming the section" {

@@ -188,6 +188,26 @@ print([s["offset"] for s in d["sections"] if s["tag"] == "LIST"][0])')
 	done
 }
 
+@test "80 lists: the bf16 list filter (where the CPU has it) gives sgemm's bytes" {
+	# 64 lists or more take the bf16 filter at kernel level avx512 and
+	# amx on a CPU with AVX512_BF16 (tq-inspect --cpu: list-filter), and
+	# sgemm's below; every choice must be the same.  Rows with copies
+	# (--dups 2) choose two lists each; cosine normalises first.
+	for isa in avx2 avx512; do
+		TQ_ISA=$isa "$TQ_BIN/tq-fit" -i "$F/c.bin" --lists 80 -o $isa.tqq
+		TQ_ISA=$isa "$TQ_BIN/tq-build" -q avx2.tqq --dups 2 \
+		    -o $isa.tqi "$F/c.bin"
+		TQ_ISA=$isa "$TQ_BIN/tq-fit" -i "$F/c.bin" -m cosine \
+		    --lists 80 -o $isa-cos.tqq
+		TQ_ISA=$isa "$TQ_BIN/tq-build" -q avx2-cos.tqq -o $isa-cos.tqi \
+		    "$F/c.bin"
+	done
+	cmp avx2.tqq avx512.tqq
+	cmp avx2.tqi avx512.tqi
+	cmp avx2-cos.tqq avx512-cos.tqq
+	cmp avx2-cos.tqi avx512-cos.tqi
+}
+
 @test "narrow structured rotations: same bytes and results with every kernel (TQ_ISA)" {
 	# d = 61, blocks of 7: 5 blocks of 9 and 2 of 8; d = 100, blocks of
 	# 28: 4 of 25.  Five rounds, each through the rowa kernels.

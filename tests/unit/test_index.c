@@ -33,7 +33,7 @@ gauss(void)
 	return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
 }
 
-/* n rows of dim: a few clusters, so that distances vary. */
+/* n rows of dim <= 64: a few clusters, so that distances vary. */
 static float *
 make_data(size_t n, uint32_t dim)
 {
@@ -1017,25 +1017,48 @@ test_append_errors(void)
  * centroids tie exactly.
  */
 static void
-test_ivf_nearest(void)
+ivf_nearest_case(uint32_t dim, uint32_t nl)
 {
-	const uint32_t dim = 33, nl = 37, n = 300, p = 5;
+	const uint32_t n = 300, p = 5;
 	float *c = make_data(nl, dim), *x = make_data(n, dim);
+	float *sc = malloc(nl * sizeof(*sc));
 	struct tq_ivf v;
 	uint32_t *got = malloc(n * p * sizeof(*got));
 
 	memcpy(c + 5 * dim, c + 20 * dim, dim * sizeof(float));	/* tie */
 	memcpy(x, c + 20 * dim, dim * sizeof(float));	/* on the tie */
+	/*
+	 * Near ties, which a filter must leave to the re-check: list 30 is
+	 * list 31 one ulp apart in one coordinate, and rows on them.
+	 */
+	memcpy(c + 30 * dim, c + 31 * dim, dim * sizeof(float));
+	c[30 * dim + 3] = nextafterf(c[30 * dim + 3], 1.0f);
+	memcpy(x + dim, c + 31 * dim, dim * sizeof(float));
+	memcpy(x + 2 * dim, c + 30 * dim, dim * sizeof(float));
+	/*
+	 * Rows nearly halfway between two lists, nearer one by less than
+	 * bf16's rounding moves a score: a filter that trusted its scores
+	 * would choose wrong.
+	 */
+	for (uint32_t i = 3; i < 103; i++) {
+		const float *a = c + (i % nl) * dim, *b = c + ((i * 7 + 1) % nl) *
+		    dim;
+		float t = 1e-5f * (float)((int)(i % 5) - 2);
+
+		for (uint32_t d = 0; d < dim; d++)
+			x[i * dim + d] = 0.5f * (a[d] + b[d]) + t * (a[d] - b[d]);
+	}
 	memset(&v, 0, sizeof(v));
 	v.nlist = nl;
 	v.cent = c;
 	CHECK_OK(tq_ivf_prepare(&v, dim));
+	CHECK((v.bfc != NULL) == (nl >= 64 && tq_bf16_kernel() != NULL));
 	for (int mode = 0; mode < 3; mode++) {
 		int norm = mode == 1, ip = mode == 2, bad = 0;
 
 		CHECK_OK(tq_ivf_nearest(&v, dim, x, n, norm, ip, p, got, NULL, 0));
 		for (uint32_t i = 0; i < n; i++) {
-			float sc[37], nx = 0, inv = 1;
+			float nx = 0, inv = 1;
 			uint32_t best[5];
 
 			for (uint32_t d = 0; d < dim; d++)
@@ -1099,10 +1122,155 @@ test_ivf_nearest(void)
 		}
 		CHECK(ok);
 	}
-	free(v.n2);
+	tq_ivf_release(&v);
 	free(c);
 	free(x);
+	free(sc);
 	free(got);
+}
+
+/*
+ * The bf16 filter's products (where the CPU has them) are within the
+ * bound ivf.c allows of the fixed-order ones: rows and centroids rounded
+ * here independently of ivf.c, laid out as near_bf16.c reads them.
+ */
+static uint16_t
+ref_bf16(float f)
+{
+	uint32_t u;
+
+	memcpy(&u, &f, 4);
+	if ((u & 0x7fffffffu) > 0x7f800000u)	/* NaN: a quiet NaN */
+		return (uint16_t)(u >> 16 | 0x40);
+	if ((u & 0x7f800000u) == 0)		/* below 2^-126: zero */
+		return (uint16_t)(u >> 16 & 0x8000);
+	u += 0x7fffu + (u >> 16 & 1);
+	return (uint16_t)(u >> 16);
+}
+
+/* The row kernel rounds as ref_bf16, pairs in words, with the norms. */
+static void
+bf16_row_case(const struct tq_bf16_kernel *g, const float *x, uint32_t dim)
+{
+	uint32_t out[40], want[40];
+	double rn, dn, r2 = 0, d2 = 0;
+
+	memset(want, 0, sizeof(want));
+	for (uint32_t d = 0; d < dim; d++) {
+		uint16_t h = ref_bf16(x[d]);
+		uint32_t w = (uint32_t)h << 16;
+		float b;
+
+		memcpy(&b, &w, 4);
+		want[d / 2] |= (uint32_t)h << (16 * (d % 2));
+		if (isfinite(x[d])) {
+			r2 += (double)b * b;
+			d2 += ((double)x[d] - b) * ((double)x[d] - b);
+		}
+	}
+	memset(out, 0xa5, sizeof(out));
+	g->row(x, dim, out, &rn, &dn);
+	CHECK(memcmp(out, want, (dim + 1) / 2 * 4) == 0);
+	/* Nothing written past the row's words. */
+	CHECK(out[(dim + 1) / 2] == 0xa5a5a5a5u);
+	if (isfinite(r2)) {
+		CHECK(fabs(rn - sqrt(r2)) <= 1e-12 * sqrt(r2));
+		CHECK(fabs(dn - sqrt(d2)) <= 1e-12 * sqrt(r2));
+	}
+}
+
+static void
+test_bf16_filter(void)
+{
+	const uint32_t dim = 61, k2 = 31, nl = 128, m = 12;
+	const struct tq_bf16_kernel *g = tq_bf16_kernel();
+	float *c = make_data(nl, dim), *x = make_data(m, dim);
+	float *s = malloc(m * nl * sizeof(float)), fx;
+	uint32_t *xb = calloc(m * k2, 4), *cb = NULL;
+	int ok = 1;
+
+	if (g == NULL) {
+		printf("# no bf16 filter on this CPU (or under TQ_ISA)\n");
+		goto done;
+	}
+	for (uint32_t i = 0; i < m; i++)
+		for (uint32_t d = 1; d <= dim; d += 4)	/* tails, odd dims */
+			bf16_row_case(g, x + i * dim, d);
+	{
+		/*
+		 * Ties to even both ways, the largest finite, infinities,
+		 * NaNs, zeros, the smallest normal and subnormals.
+		 */
+		const uint32_t bits[] = { 0x3f808000u, 0x3f818000u,
+		    0x3f80ffffu, 0x7f7fffffu, 0x7f800000u, 0xff800000u,
+		    0x7fc00001u, 0x7f800001u, 0x00000000u, 0x80000000u,
+		    0x00800000u, 0x007fffffu, 0x80000001u, 0x3f7fffffu };
+		float sp[14];
+
+		memcpy(sp, bits, sizeof(sp));
+		bf16_row_case(g, sp, 14);
+		bf16_row_case(g, sp, 13);
+	}
+	CHECK(posix_memalign((void **)&cb, 64, (size_t)nl * k2 * 4) == 0);
+	memset(cb, 0, (size_t)nl * k2 * 4);
+	for (uint32_t i = 0; i < m; i++)
+		for (uint32_t d = 0; d < dim; d++)
+			xb[i * k2 + d / 2] |= (uint32_t)ref_bf16(x[i * dim + d])
+			    << (16 * (d % 2));
+	for (uint32_t o = 0; o < nl; o++)
+		for (uint32_t d = 0; d < dim; d++)
+			cb[(o / 16) * k2 * 16 + (d / 2) * 16 + o % 16] |=
+			    (uint32_t)ref_bf16(c[o * dim + d]) << (16 * (d % 2));
+	g->gemm(xb, m, cb, nl, k2, s, nl);
+	for (uint32_t i = 0; i < m; i++)
+		for (uint32_t o = 0; o < nl; o++) {
+			double nx = 0, nc = 0, rx = 0, dx = 0, dc = 0;
+
+			for (uint32_t d = 0; d < dim; d++) {
+				float a = x[i * dim + d], b = c[o * dim + d];
+				uint32_t ua = (uint32_t)ref_bf16(a) << 16;
+				uint32_t ub = (uint32_t)ref_bf16(b) << 16;
+				float ar, br;
+
+				memcpy(&ar, &ua, 4);
+				memcpy(&br, &ub, 4);
+				nx += (double)a * a;
+				nc += (double)b * b;
+				rx += (double)ar * ar;
+				dx += ((double)a - ar) * ((double)a - ar);
+				dc += ((double)b - br) * ((double)b - br);
+			}
+			tq_dot_rows(x + i * dim, dim, 1, c + o * dim, 1, dim,
+			    &fx, 1);
+			/*
+			 * ivf.c's bound: the residuals' products, and the
+			 * float sums (2^-16 is far above d 2^-23 here).
+			 */
+			ok &= fabs((double)s[i * nl + o] - fx) <= sqrt(rx * dc) +
+			    sqrt(dx * nc) + 0x1p-16 * sqrt(nx * nc);
+			/* Within the worst case 2^-7 |x| |c| too. */
+			ok &= fabs((double)s[i * nl + o] - fx) <=
+			    0x1.1p-7 * sqrt(nx * nc);
+		}
+	CHECK(ok);
+	free(cb);
+done:
+	free(c);
+	free(x);
+	free(s);
+	free(xb);
+}
+
+/*
+ * tq_ivf_nearest equals ranking every list by its fixed-order score, with
+ * sgemm's filter (37 lists) and, where the CPU has it, bf16's (150, 64 at
+ * a time with padding; an odd dim pads a pair).
+ */
+static void
+test_ivf_nearest(void)
+{
+	ivf_nearest_case(33, 37);
+	ivf_nearest_case(61, 150);
 }
 
 /* k-means finds well separated clusters and is deterministic. */
@@ -1123,11 +1291,11 @@ test_kmeans(void)
 	CHECK_OK(tq_kmeans(x, n, dim, k, 20, 1, c2));
 	CHECK(memcmp(c1, c2, sizeof(c1)) == 0);
 	{
-		struct tq_ivf v = { k, c1, NULL, 0, 0 };
+		struct tq_ivf v = { k, c1, NULL, 0, 0, NULL, 0, NULL };
 
 		CHECK_OK(tq_ivf_prepare(&v, dim));
 		CHECK_OK(tq_ivf_nearest(&v, dim, x, n, 0, 0, 1, lab, NULL, 0));
-		free(v.n2);
+		tq_ivf_release(&v);
 	}
 	for (uint32_t c = 0; c < k; c++)
 		map[c] = lab[c];
@@ -1561,6 +1729,7 @@ main(void)
 	RUN(test_factors);
 	RUN(test_fach_rows);
 	RUN(test_ivf_nearest);
+	RUN(test_bf16_filter);
 	RUN(test_kmeans);
 	RUN(test_ivf);
 	RUN(test_ivf_dups);
