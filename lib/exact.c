@@ -14,6 +14,14 @@
  * The bound: a float dot product of length d computed in any order, with
  * or without fused multiply-adds, is within d * 2^-24 / (1 - d * 2^-24) of
  * sum |q_i x_i| <= |q| |x|; (d + 2) * 2^-23 covers it with room to spare.
+ *
+ * On a CPU with AVX512_BF16 (tq_bf16_kernel) and 64 queries or more, the
+ * filter is the IVF list filter's bf16 product instead, with the same
+ * kind of bound (ivf.c, bf16_candidates): with q~ and x~ rounded to bf16,
+ * |<q, x> - <q~, x~>_float| <= |q~| |x - x~| (1 + gb) + (|q - q~| +
+ * gb |q~|) |x| + the flushed subnormals, gb = d 2^-23 / (1 - d 2^-23).
+ * Rows and queries of norm 2^60 or more keep sgemm.  A few more rows are
+ * re-checked; the result is the same.
  */
 #include <cblas.h>
 #include <math.h>
@@ -29,6 +37,9 @@
 
 #define CHUNK_ROWS 4096
 #define QBLOCK 256
+/* Queries below this take sgemm: the chunk's bf16 copy would not pay. */
+#define BF16_MIN_QUERIES 64
+#define BF16_MAX_NORM 0x1p60
 
 struct ectx {
 	enum tq_metric m;
@@ -45,6 +56,21 @@ struct ectx {
 	size_t rows;
 	uint64_t row0;
 	const uint64_t *rowid;	/* the chunk's row ids, or NULL: row0 + r */
+	/*
+	 * The bf16 filter (NULL: sgemm): queries in bf16 rows of k2 words
+	 * (padded with TQ_BF16_ROWS zero rows), |q~| and |q - q~|; the
+	 * chunk in its blocks of 16 rows (rows64 of them, padded), and
+	 * |x - x~| a row.  bf says whether this chunk takes it.
+	 */
+	const struct tq_bf16_kernel *bk;
+	const uint32_t *qb;
+	const double *qrn, *qdn;
+	size_t k2;
+	const void *xb;
+	const double *xdn;
+	uint32_t rows64;
+	int bf;
+	double gb;
 };
 
 struct eworker {
@@ -136,29 +162,48 @@ erun(void *arg)
 	int l2 = c->m == TQ_METRIC_L2;
 
 	for (b = w->q0; b < w->q1; b += QBLOCK) {
-		size_t mb = w->q1 - b < QBLOCK ? w->q1 - b : QBLOCK;
+		size_t mb = w->q1 - b < QBLOCK ? w->q1 - b : QBLOCK, lds = rows;
 
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans,
-		    (int)mb, (int)rows, (int)dim, 1.0f, c->qv + b * dim,
-		    (int)dim, c->x, (int)dim, 0.0f, w->prod, (int)rows);
+		if (c->bf) {
+			/* Rows past mb (the next block's, or padding) too. */
+			lds = c->rows64;
+			c->bk->gemm(c->qb + b * c->k2, (mb + TQ_BF16_ROWS - 1) /
+			    TQ_BF16_ROWS * TQ_BF16_ROWS, c->xb, c->rows64,
+			    (uint32_t)c->k2, w->prod, lds);
+		} else {
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans,
+			    (int)mb, (int)rows, (int)dim, 1.0f, c->qv + b * dim,
+			    (int)dim, c->x, (int)dim, 0.0f, w->prod, (int)rows);
+		}
 		for (i = 0; i < mb; i++) {
 			struct tq_topk *h = &c->heaps[b + i];
-			const float *pr = w->prod + i * rows;
+			const float *pr = w->prod + i * lds;
 			const float *qv = c->qv + (b + i) * dim;
-			double qn2 = c->qn2[b + i];
-			double qerr = c->gamma * c->qnorm[b + i] * (l2 ? 2 : 1);
+			double qn2 = c->qn2[b + i], s2 = l2 ? 2.0 : 1.0;
+			double qerr = c->gamma * c->qnorm[b + i] * s2;
+			/* bf16: err = ea |x - x~| + eb |x| + abs */
+			double ea = 0.0, eb = 0.0;
 
+			if (c->bf) {
+				double rn = c->qrn[b + i], dn = c->qdn[b + i];
+
+				ea = s2 * rn * (1.0 + c->gb) * (1.0 + 0x1p-20);
+				eb = s2 * (dn + c->gb * rn) * (1.0 + 0x1p-20);
+				qerr = s2 * 0x1p-120 * (double)dim;
+			}
 			for (r = 0; r < rows; r++) {
 				double dot = pr[r], key;
 
 				if (h->len == h->k) {
-					double root = h->key[0];
+					double root = h->key[0], err;
 
+					err = c->bf ? ea * c->xdn[r] + eb *
+					    c->xnorm[r] + qerr : qerr *
+					    c->xnorm[r];
 					key = l2 ? -(qn2 - 2.0 * dot +
 					    c->xn2[r]) : dot;
-					if (key + qerr * c->xnorm[r] +
-					    fabs(root) * 0x1p-22 + 0x1p-100 <
-					    root)
+					if (key + err + fabs(root) * 0x1p-22 +
+					    0x1p-100 < root)
 						continue;
 				}
 				tq_topk_push(h, tq_exact_key(c->m, qv,
@@ -188,6 +233,10 @@ struct eres {
 	struct eworker *w;
 	size_t nq;
 	unsigned nw;
+	/* The bf16 filter's (ectx): NULL without it. */
+	uint32_t *qb, *xrow;
+	void *xb;
+	double *qrn, *qdn, *xdn;
 };
 
 static void
@@ -209,6 +258,40 @@ eres_free(struct eres *e)
 	free(e->qnorm);
 	free(e->xn2);
 	free(e->xnorm);
+	free(e->qb);
+	free(e->xrow);
+	free(e->xb);
+	free(e->qrn);
+	free(e->qdn);
+	free(e->xdn);
+}
+
+/* The bf16 filter's buffers; none (sgemm filters) without the memory. */
+static void
+eres_alloc_bf16(struct eres *e, size_t nq, uint32_t dim)
+{
+	size_t k2 = ((size_t)dim + 1) / 2;
+
+	e->qb = tq_callocarray((nq + TQ_BF16_ROWS) * k2, sizeof(uint32_t));
+	e->xrow = tq_mallocarray(k2, sizeof(uint32_t));
+	e->qrn = tq_mallocarray(nq, sizeof(double));
+	e->qdn = tq_mallocarray(nq, sizeof(double));
+	e->xdn = tq_mallocarray(CHUNK_ROWS, sizeof(double));
+	if (posix_memalign(&e->xb, 64, (size_t)CHUNK_ROWS * k2 *
+	    sizeof(uint32_t)) != 0)
+		e->xb = NULL;
+	if (e->qb == NULL || e->xrow == NULL || e->qrn == NULL ||
+	    e->qdn == NULL || e->xdn == NULL || e->xb == NULL) {
+		free(e->qb);
+		free(e->xrow);
+		free(e->qrn);
+		free(e->qdn);
+		free(e->xdn);
+		free(e->xb);
+		e->qb = e->xrow = NULL;
+		e->qrn = e->qdn = e->xdn = NULL;
+		e->xb = NULL;
+	}
 }
 
 static enum tq_status
@@ -233,9 +316,10 @@ eres_alloc(struct eres *e, size_t nq, uint32_t dim, uint32_t k, unsigned nw)
 		return tq_fail(TQ_ERR_NOMEM, "exact search buffers");
 	for (i = 0; i < nq; i++)
 		TQ_TRY(tq_topk_init(&e->heaps[i], k));
+	/* The bf16 filter scores up to TQ_BF16_ROWS - 1 rows more. */
 	for (i = 0; i < nw; i++) {
-		e->w[i].prod = tq_mallocarray((size_t)QBLOCK * CHUNK_ROWS,
-		    sizeof(float));
+		e->w[i].prod = tq_mallocarray((size_t)(QBLOCK + TQ_BF16_ROWS) *
+		    CHUNK_ROWS, sizeof(float));
 		if (e->w[i].prod == NULL)
 			return tq_fail(TQ_ERR_NOMEM, "exact search buffers");
 	}
@@ -249,6 +333,31 @@ reader_next(void *arg, float *x, size_t max, size_t *got,
 {
 	*rowid = NULL;
 	return tq_reader_read(arg, x, max, got);
+}
+
+/*
+ * The chunk's rows for the bf16 filter, in blocks of 16 rows as
+ * near_bf16.c reads them (the rows are its "lists"), padded with zero
+ * rows to a multiple of TQ_BF16_LISTS; |x - x~| into xdn.
+ */
+static void
+chunk_bf16(struct eres *e, struct ectx *c)
+{
+	size_t k2 = c->k2, r, k;
+	uint32_t *xb = e->xb;
+	double rn;
+
+	c->rows64 = (uint32_t)((c->rows + TQ_BF16_LISTS - 1) / TQ_BF16_LISTS *
+	    TQ_BF16_LISTS);
+	for (r = 0; r < c->rows64; r++) {
+		uint32_t *blk = xb + (r / 16) * k2 * 16 + r % 16;
+
+		if (r < c->rows)
+			c->bk->row(e->x + r * c->dim, c->dim, e->xrow, &rn,
+			    &e->xdn[r]);
+		for (k = 0; k < k2; k++)
+			blk[k * 16] = r < c->rows ? e->xrow[k] : 0;
+	}
 }
 
 static enum tq_status
@@ -268,7 +377,12 @@ exact_run(struct eres *e, tq_exact_next_fn next, void *arg, struct ectx *c,
 			memcpy(e->qv + i * dim, q, dim * sizeof(float));
 		e->qn2[i] = norm2(e->qv + i * dim, dim);
 		e->qnorm[i] = sqrt(e->qn2[i]);
+		if (c->bk != NULL && !(e->qnorm[i] < BF16_MAX_NORM))
+			c->bk = NULL;
 	}
+	for (i = 0; c->bk != NULL && i < e->nq; i++)
+		c->bk->row(e->qv + i * dim, dim, e->qb + i * c->k2, &e->qrn[i],
+		    &e->qdn[i]);
 	for (t = 0; t < e->nw; t++) {
 		e->w[t].c = c;
 		e->w[t].q0 = e->nq * t / e->nw;
@@ -278,6 +392,7 @@ exact_run(struct eres *e, tq_exact_next_fn next, void *arg, struct ectx *c,
 		TQ_TRY(next(arg, e->x, CHUNK_ROWS, &got, &c->rowid));
 		if (got == 0)
 			break;
+		c->bf = c->bk != NULL;
 		for (i = 0; i < got; i++) {
 			float *x = e->x + i * dim;
 
@@ -285,8 +400,12 @@ exact_run(struct eres *e, tq_exact_next_fn next, void *arg, struct ectx *c,
 				tq_normalise(x, dim, x);
 			e->xn2[i] = norm2(x, dim);
 			e->xnorm[i] = sqrt(e->xn2[i]);
+			/* Also false for NaN. */
+			c->bf = c->bf && e->xnorm[i] < BF16_MAX_NORM;
 		}
 		c->rows = got;
+		if (c->bf)
+			chunk_bf16(e, c);
 		/* Workers 1.. in threads; a failed create runs inline. */
 		for (t = 1; t < e->nw; t++)
 			e->w[t].started = pthread_create(&e->w[t].tid, NULL,
@@ -355,7 +474,20 @@ tq_exact_source(tq_exact_next_fn next, void *arg, enum tq_metric m,
 	c.m = m;
 	c.dim = dim;
 	c.gamma = (double)(dim + 2) * 0x1p-23;
+	c.gb = (double)dim * 0x1p-23 / (1.0 - (double)dim * 0x1p-23);
+	c.k2 = ((size_t)dim + 1) / 2;
 	st = eres_alloc(&e, nq, dim, k, nw);
+	if (st == TQ_OK && nq >= BF16_MIN_QUERIES &&
+	    (c.bk = tq_bf16_kernel()) != NULL) {
+		eres_alloc_bf16(&e, nq, dim);
+		if (e.qb == NULL)
+			c.bk = NULL;
+		c.qb = e.qb;
+		c.qrn = e.qrn;
+		c.qdn = e.qdn;
+		c.xb = e.xb;
+		c.xdn = e.xdn;
+	}
 	if (st == TQ_OK) {
 		c.qv = e.qv;
 		c.qn2 = e.qn2;
