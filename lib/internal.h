@@ -359,11 +359,14 @@ struct tq_ivf {
 	/*
 	 * The centroids in bf16 for the filter (tq_bf16_kernel), blocks of
 	 * 16 lists, bfnl lists (nlist padded with zeros to TQ_BF16_LISTS);
-	 * NULL: sgemm filters.
+	 * NULL: sgemm filters.  A cache, made by the first batch that
+	 * chooses lists (bfmade then 1), so that opening an index for a
+	 * few queries does not pay for it; ivf.c guards it with a lock.
 	 */
 	void *bfc;
 	uint32_t bfnl;
 	double *bfe;			/* per list: |c - bf16(c)|, |c| */
+	int bfmade;
 };
 
 struct tq_quantizer {
@@ -389,10 +392,7 @@ struct tq_quantizer {
 	float *ivfmem;			/* owned centroids, or NULL */
 };
 
-/*
- * Fills v->n2, v->cmax and v->n2max from v->cent, and the bf16 filter's
- * centroids where the CPU has that filter.
- */
+/* Fills v->n2, v->cmax and v->n2max from v->cent. */
 enum tq_status tq_ivf_prepare(struct tq_ivf *v, uint32_t dim);
 /* Frees what tq_ivf_prepare allocated (not cent). */
 void tq_ivf_release(struct tq_ivf *v);
