@@ -266,8 +266,11 @@ eres_free(struct eres *e)
 	free(e->xdn);
 }
 
-/* The bf16 filter's buffers; none (sgemm filters) without the memory. */
-static void
+/*
+ * The bf16 filter's buffers; 0 without the memory (sgemm filters then,
+ * and eres_free frees what was allocated).
+ */
+static int
 eres_alloc_bf16(struct eres *e, size_t nq, uint32_t dim)
 {
 	size_t k2 = ((size_t)dim + 1) / 2;
@@ -280,18 +283,8 @@ eres_alloc_bf16(struct eres *e, size_t nq, uint32_t dim)
 	if (posix_memalign(&e->xb, 64, (size_t)CHUNK_ROWS * k2 *
 	    sizeof(uint32_t)) != 0)
 		e->xb = NULL;
-	if (e->qb == NULL || e->xrow == NULL || e->qrn == NULL ||
-	    e->qdn == NULL || e->xdn == NULL || e->xb == NULL) {
-		free(e->qb);
-		free(e->xrow);
-		free(e->qrn);
-		free(e->qdn);
-		free(e->xdn);
-		free(e->xb);
-		e->qb = e->xrow = NULL;
-		e->qrn = e->qdn = e->xdn = NULL;
-		e->xb = NULL;
-	}
+	return e->qb != NULL && e->xrow != NULL && e->qrn != NULL &&
+	    e->qdn != NULL && e->xdn != NULL && e->xb != NULL;
 }
 
 static enum tq_status
@@ -479,8 +472,7 @@ tq_exact_source(tq_exact_next_fn next, void *arg, enum tq_metric m,
 	st = eres_alloc(&e, nq, dim, k, nw);
 	if (st == TQ_OK && nq >= BF16_MIN_QUERIES &&
 	    (c.bk = tq_bf16_kernel()) != NULL) {
-		eres_alloc_bf16(&e, nq, dim);
-		if (e.qb == NULL)
+		if (!eres_alloc_bf16(&e, nq, dim))
 			c.bk = NULL;
 		c.qb = e.qb;
 		c.qrn = e.qrn;
