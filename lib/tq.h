@@ -1042,11 +1042,13 @@ const char *tq_kernel_name(void);
  */
 const char *tq_cpu_features(void);
 /*
- * The filter that rules out IVF lists for many rows at once (building,
- * k-means, batches of queries) before the fixed-order products choose
- * among the rest: "bf16" (tq's own AVX512_BF16 products, on a CPU that
- * has them at kernel level avx512 or amx) or "sgemm" (the BLAS).  Either
- * gives the same lists.  Static.
+ * The filter that rules out IVF lists for many rows at once, each row's
+ * nearest (building, k-means), before the fixed-order products choose
+ * among the rest, and that rules out rows for exact neighbours of 64
+ * queries or more: "bf16" (tq's own AVX512_BF16 products, on a CPU that
+ * has them at kernel level avx512 or amx) or "sgemm" (the BLAS; also for
+ * the probes of a batch of queries).  Either gives the same answer.
+ * Static.
  */
 const char *tq_list_filter_name(void);
 

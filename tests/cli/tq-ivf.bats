@@ -192,7 +192,8 @@ print([s["offset"] for s in d["sections"] if s["tag"] == "LIST"][0])')
 	# 64 lists or more take the bf16 filter at kernel level avx512 and
 	# amx on a CPU with AVX512_BF16 (tq-inspect --cpu: list-filter), and
 	# sgemm's below; every choice must be the same.  Rows with copies
-	# (--dups 2) choose two lists each; cosine normalises first.
+	# (--dups 2) choose two lists each (sgemm filters those), the others
+	# one; cosine normalises first.
 	for isa in avx2 avx512; do
 		TQ_ISA=$isa "$TQ_BIN/tq-fit" -i "$F/c.bin" --lists 80 -o $isa.tqq
 		TQ_ISA=$isa "$TQ_BIN/tq-build" -q avx2.tqq --dups 2 \
@@ -201,11 +202,14 @@ print([s["offset"] for s in d["sections"] if s["tag"] == "LIST"][0])')
 		    --lists 80 -o $isa-cos.tqq
 		TQ_ISA=$isa "$TQ_BIN/tq-build" -q avx2-cos.tqq -o $isa-cos.tqi \
 		    "$F/c.bin"
+		TQ_ISA=$isa "$TQ_BIN/tq-build" -q avx2.tqq -o $isa-1.tqi \
+		    "$F/c.bin"
 	done
 	cmp avx2.tqq avx512.tqq
 	cmp avx2.tqi avx512.tqi
 	cmp avx2-cos.tqq avx512-cos.tqq
 	cmp avx2-cos.tqi avx512-cos.tqi
+	cmp avx2-1.tqi avx512-1.tqi
 }
 
 @test "narrow structured rotations: same bytes and results with every kernel (TQ_ISA)" {

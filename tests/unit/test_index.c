@@ -1024,6 +1024,7 @@ ivf_nearest_case(uint32_t dim, uint32_t nl)
 	float *sc = malloc(nl * sizeof(*sc));
 	struct tq_ivf v;
 	uint32_t *got = malloc(n * p * sizeof(*got));
+	uint32_t *got1 = malloc(n * sizeof(*got1));
 
 	memcpy(c + 5 * dim, c + 20 * dim, dim * sizeof(float));	/* tie */
 	memcpy(x, c + 20 * dim, dim * sizeof(float));	/* on the tie */
@@ -1058,7 +1059,12 @@ ivf_nearest_case(uint32_t dim, uint32_t nl)
 		int norm = mode == 1, ip = mode == 2, bad = 0;
 
 		CHECK_OK(tq_ivf_nearest(&v, dim, x, n, norm, ip, p, got, NULL, 0));
+		/* The nearest list alone: the bf16 filter where there is one. */
+		CHECK_OK(tq_ivf_nearest(&v, dim, x, n, norm, ip, 1, got1, NULL,
+		    0));
 		CHECK((v.bfc != NULL) == (nl >= 64 && tq_bf16_kernel() != NULL));
+		for (uint32_t i = 0; i < n; i++)
+			bad |= got1[i] != got[i * p];
 		for (uint32_t i = 0; i < n; i++) {
 			float nx = 0, inv = 1;
 			uint32_t best[5];
@@ -1129,6 +1135,7 @@ ivf_nearest_case(uint32_t dim, uint32_t nl)
 	free(x);
 	free(sc);
 	free(got);
+	free(got1);
 }
 
 /*
