@@ -16,7 +16,8 @@
  * fixed order and ranked.  The result equals ranking every list by the
  * fixed-order scores, ties broken by the smaller list number.
  *
- * On a CPU with AVX512_BF16 the filter is tq's own bf16 product
+ * On a CPU with AVX512_BF16 the filter of each row's nearest list (the
+ * assignment of a build, k-means) is tq's own bf16 product
  * (lib/kern/near_bf16.c) instead of sgemm: rows and centroids rounded to
  * bf16 (8 significant bits) move each score by at most |x~| |c - c~| +
  * |x - x~| |c| (bf16_candidates; about 2^-10 |x| |c|, at worst 2^-7), so
