@@ -144,6 +144,11 @@ static const struct {
 #define NKERNELS (sizeof(kernels) / sizeof(kernels[0]))
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
+/*
+ * TQ_LIST_FILTER=sgemm turns the bf16 filter off (for comparisons, and
+ * for CPUs where it would be slower; it never changes a result).
+ */
+static int bf16_off;
 static unsigned cpu_have;
 static char cpu_names[128];
 static size_t chosen = NKERNELS - 1;
@@ -269,6 +274,8 @@ init(void)
 		    (cpu_have & kernels[i].need) == kernels[i].need)
 			break;
 	chosen = i < NKERNELS ? i : NKERNELS - 1;
+	isa = getenv("TQ_LIST_FILTER");
+	bf16_off = isa != NULL && strcmp(isa, "sgemm") == 0;
 }
 
 const struct tq_kernels *
@@ -305,8 +312,8 @@ tq_bf16_kernel(void)
 	    tq_bf16_gemm_avx512 };
 
 	/* Under a cap below AVX-512 (TQ_ISA), none. */
-	if ((cpu_have & F_AVX512BF16) && (strcmp(name, "avx512") == 0 ||
-	    strcmp(name, "amx") == 0))
+	if ((cpu_have & F_AVX512BF16) && !bf16_off &&
+	    (strcmp(name, "avx512") == 0 || strcmp(name, "amx") == 0))
 		return &avx512;
 #endif
 	(void)name;

@@ -77,7 +77,7 @@ section_offset() { tq sections "$1" | awk -v t="$2" '$1 == t { print $2 }'; }
 	"$PY" -c 'import json,sys; json.loads(sys.argv[1])' "$output"
 }
 
-@test "tq-inspect --cpu: names the kernel and list filter; TQ_ISA=scalar overrides" {
+@test "tq-inspect --cpu: names the kernel and list filter; TQ_ISA=scalar and TQ_LIST_FILTER=sgemm override" {
 	run --separate-stderr "$TQ_BIN/tq-inspect" --cpu
 	assert_status 0
 	[[ "$output" =~ scalar|avx2|avx512|amx ]] || { show; false; }
@@ -89,6 +89,9 @@ section_offset() { tq sections "$1" | awk -v t="$2" '$1 == t { print $2 }'; }
 	TQ_ISA=scalar run --separate-stderr "$TQ_BIN/tq-inspect" --cpu
 	assert_status 0
 	[[ "$output" == *scalar* ]] || { show; false; }
+	[[ "$output" == *"list-filter: sgemm"* ]] || { show; false; }
+	TQ_LIST_FILTER=sgemm run --separate-stderr "$TQ_BIN/tq-inspect" --cpu
+	assert_status 0
 	[[ "$output" == *"list-filter: sgemm"* ]] || { show; false; }
 }
 

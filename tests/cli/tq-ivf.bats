@@ -210,6 +210,11 @@ print([s["offset"] for s in d["sections"] if s["tag"] == "LIST"][0])')
 	cmp avx2-cos.tqq avx512-cos.tqq
 	cmp avx2-cos.tqi avx512-cos.tqi
 	cmp avx2-1.tqi avx512-1.tqi
+	# The filter alone turned off, the scan kernel left as it is.
+	TQ_LIST_FILTER=sgemm "$TQ_BIN/tq-fit" -i "$F/c.bin" --lists 80 -o off.tqq
+	TQ_LIST_FILTER=sgemm "$TQ_BIN/tq-build" -q avx2.tqq -o off.tqi "$F/c.bin"
+	cmp avx2.tqq off.tqq
+	cmp avx2-1.tqi off.tqi
 }
 
 @test "narrow structured rotations: same bytes and results with every kernel (TQ_ISA)" {
