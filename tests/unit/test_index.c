@@ -1271,6 +1271,91 @@ done:
 }
 
 /*
+ * The bf16 products against a scalar oracle, on awkward dims: the exact
+ * sum, in double, of the products of the rounded values, which the
+ * kernel may miss only by its float additions (gb of the sum of the
+ * magnitudes) and flushed subnormals.  Nothing is written past the rows
+ * and lists asked for.
+ */
+static void
+test_bf16_gemm_sizes(void)
+{
+	static const uint32_t dims[] = { 1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32,
+	    33, 64, 65, 100, 385 };
+	const struct tq_bf16_kernel *g = tq_bf16_kernel();
+	int ok = 1;
+
+	if (g == NULL)
+		return;
+	for (size_t di = 0; di < sizeof(dims) / sizeof(dims[0]); di++)
+		for (uint32_t nl = 64; nl <= 192; nl += 128)
+			for (uint32_t m = 6; m <= 18; m += 12) {
+				uint32_t dim = dims[di], k2 = (dim + 1) / 2;
+				uint32_t *xb = calloc((size_t)m * k2, 4), *cb;
+				float *s = malloc(((size_t)m * nl + 16) * 4);
+				float *x = malloc((size_t)m * dim * 4);
+				float *c = malloc((size_t)nl * dim * 4);
+				double gb = dim * 0x1p-23 / (1 - dim * 0x1p-23);
+
+				CHECK(posix_memalign((void **)&cb, 64,
+				    (size_t)nl * k2 * 4) == 0);
+				memset(cb, 0, (size_t)nl * k2 * 4);
+				for (size_t i = 0; i < (size_t)m * dim; i++)
+					x[i] = gauss();
+				for (size_t i = 0; i < (size_t)nl * dim; i++)
+					c[i] = gauss();
+				for (uint32_t i = 0; i < m; i++)
+					for (uint32_t d = 0; d < dim; d++)
+						xb[i * k2 + d / 2] |= (uint32_t)
+						    ref_bf16(x[i * dim + d]) <<
+						    (16 * (d % 2));
+				for (uint32_t o = 0; o < nl; o++)
+					for (uint32_t d = 0; d < dim; d++)
+						cb[(o / 16) * k2 * 16 + (d / 2) *
+						    16 + o % 16] |= (uint32_t)
+						    ref_bf16(c[o * dim + d]) <<
+						    (16 * (d % 2));
+				for (int t = 0; t < 16; t++)
+					s[(size_t)m * nl + t] = 12345.0f;
+				g->gemm(xb, m, cb, nl, k2, s, nl);
+				for (uint32_t i = 0; i < m; i++)
+					for (uint32_t o = 0; o < nl; o++) {
+						double ex = 0, mag = 0;
+
+						for (uint32_t d = 0; d < dim; d++) {
+							uint32_t ua = (uint32_t)
+							    ref_bf16(x[i * dim +
+							    d]) << 16;
+							uint32_t ub = (uint32_t)
+							    ref_bf16(c[o * dim +
+							    d]) << 16;
+							float a, b;
+
+							memcpy(&a, &ua, 4);
+							memcpy(&b, &ub, 4);
+							ex += (double)a * b;
+							mag += fabs((double)a * b);
+						}
+						ok &= fabs(s[i * nl + o] - ex) <=
+						    gb * mag + dim * 0x1p-125;
+					}
+				for (int t = 0; t < 16; t++)
+					ok &= s[(size_t)m * nl + t] == 12345.0f;
+				free(xb);
+				free(cb);
+				free(s);
+				free(x);
+				free(c);
+				if (!ok) {
+					fprintf(stderr, "  bf16 gemm: dim %u "
+					    "lists %u rows %u\n", dim, nl, m);
+					break;
+				}
+			}
+	CHECK(ok);
+}
+
+/*
  * tq_ivf_nearest equals ranking every list by its fixed-order score, with
  * sgemm's filter (37 lists) and, where the CPU has it, bf16's (150, 64 at
  * a time with padding; an odd dim pads a pair).
@@ -1739,6 +1824,7 @@ main(void)
 	RUN(test_fach_rows);
 	RUN(test_ivf_nearest);
 	RUN(test_bf16_filter);
+	RUN(test_bf16_gemm_sizes);
 	RUN(test_kmeans);
 	RUN(test_ivf);
 	RUN(test_ivf_dups);
