@@ -170,24 +170,6 @@ list_score(const struct tq_ivf *v, uint32_t o, float dot, float inv, int ip)
 }
 
 /*
- * The lists a row's bf16 filter scores si leave to the re-check: those
- * whose score may reach the p-th best.  With x~ and c~ the vectors
- * rounded to bf16 (tq_bf16_kernel's row),
- *   <x, c> - <x~, c~> = <x~, c - c~> + <x - x~, c>,
- * at most |x~| |c - c~| + |x - x~| |c| (Cauchy-Schwarz, on the actual
- * residuals: about 2^-10 |x| |c| each, a quarter of the worst case).  The
- * products of bf16 are exact in float, and their sum, in whatever order
- * and rounding the instruction has (a faithful one: 2^-23), is within gb
- * |x~| |c~| of the exact one; the fixed order's own error is within
- * gamma |x| |c|; values the instruction flushes (below 2^-126: products,
- * sums) add at most 2 dim 2^-126.  So list o's filter score is within
- * E_o of its fixed-order one (doubled for l2, where the score is
- * 2 <x, c> - |c|^2, plus the few ulps of the float operations after the
- * dot, as for sgemm).  If L is the p-th largest of score - E_o, each of
- * the best p lists has a fixed-order score of at least L, so a filter
- * score of at least L - E_o: the others cannot be among them.
- */
-/*
  * |x_i| for m rows of dim, each summed in double from the first coordinate
  * to the last (a cosine row's scale depends on it, so the order is fixed);
  * four rows at a time, so that four chains of additions overlap.
@@ -223,7 +205,25 @@ row_norms(const float *x, size_t m, uint32_t dim, double *out)
 	}
 }
 
-/* The bound of bf16_candidates: E_o = ka |c_o - c~_o| + kb |c_o| + kc. */
+/*
+ * The bound of the bf16 filter.  With x~ and c~ the vectors
+ * rounded to bf16 (tq_bf16_kernel's row),
+ *   <x, c> - <x~, c~> = <x~, c - c~> + <x - x~, c>,
+ * at most |x~| |c - c~| + |x - x~| |c| (Cauchy-Schwarz, on the actual
+ * residuals: about 2^-10 |x| |c| each, a quarter of the worst case).  The
+ * products of bf16 are exact in float, and their sum, in whatever order
+ * and rounding the instruction has (a faithful one: 2^-23), is within gb
+ * |x~| |c~| of the exact one; the fixed order's own error is within
+ * gamma |x| |c|; values the instruction flushes (below 2^-126: products,
+ * sums) add at most 2 dim 2^-126.  So list o's filter score is within
+ * E_o of its fixed-order one (doubled for l2, where the score is
+ * 2 <x, c> - |c|^2, plus the few ulps of the float operations after the
+ * dot, as for sgemm): E_o = ka |c_o - c~_o| + kb |c_o| + kc, with ka, kb
+ * and kc a row's (bf16_bound) and the two norms a list's (v->bfe).  If L
+ * is the largest of score - E_o, the best list has a fixed-order score of
+ * at least L, so a filter score of at least L - E_o: the others cannot be
+ * it (bf16_candidates).
+ */
 struct bfbound {
 	double ka, kb, kc;
 };
