@@ -1082,6 +1082,14 @@ void tq_rowa_avx2(const float *y, const float *a, uint32_t nb, uint32_t s,
     float *x);
 void tq_rowa_avx512(const float *y, const float *a, uint32_t nb,
     uint32_t s, float *x);
+/*
+ * One block of rowa for n rows: for row i < n, x + i * ldx gets what
+ * tq_rowa_fn gives for y + i * ldy, a, one block of s, bit for bit.
+ */
+typedef void (*tq_rowa_rows_fn)(const float *y, size_t ldy, const float *a,
+    size_t n, uint32_t s, float *x, size_t ldx);
+void tq_rowa_rows_avx512(const float *y, size_t ldy, const float *a,
+    size_t n, uint32_t s, float *x, size_t ldx);
 
 /*
  * Half-precision rows to float: dst[i] = the binary16 value of the
@@ -1151,6 +1159,8 @@ struct tq_kernels {
 	/* Re-rank against f16 originals; NULL: tq_f16_fn and tq_exact_key. */
 	tq_keyf16_fn keyf16;
 	tq_dotq4_fn dotq4;	/* the refinement's 4-bit rows */
+	/* One block of a structured rotation for many rows, or NULL. */
+	tq_rowa_rows_fn rowa_rows;
 };
 const struct tq_kernels *tq_kernels(void);
 

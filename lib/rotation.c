@@ -1002,6 +1002,52 @@ narrow_row(const float *const *round, int nr, uint32_t nb, uint32_t d,
 	}
 }
 
+/* Rows a group of narrow_rows: 16 rows of 768 are 48 KiB of buffer. */
+#define NARROW_GROUP 16u
+
+/*
+ * Many rows forward through a narrow layout, block by block for a group
+ * of rows (the kernel's rowa_rows): each block's matrix is read once for
+ * the group, where narrow_row streams a round's matrices from L2 for
+ * every row (at d = 768, 86 KiB a round).  The same products in the same
+ * order, so the same bits.  0 without the buffer's memory (the caller
+ * then goes row by row).
+ */
+static int
+narrow_rows(const float *const *round, int nr, uint32_t nb, uint32_t d,
+    float *y, size_t n, tq_rowa_rows_fn rows)
+{
+	uint32_t big = d % nb, s1 = d / nb + 1;
+	float *tmp = tq_mallocarray((size_t)NARROW_GROUP * d, sizeof(float));
+
+	if (tmp == NULL)
+		return 0;
+	for (size_t t0 = 0; t0 < n; t0 += NARROW_GROUP) {
+		size_t g = n - t0 < NARROW_GROUP ? n - t0 : NARROW_GROUP;
+		float *v = y + t0 * d;
+
+		for (int r = 0; r < nr; r++) {
+			const float *perm = round[r], *m = round[r] + d;
+			uint32_t off = 0;
+
+			for (size_t t = 0; t < g; t++)
+				for (uint32_t i = 0; i < d; i++)
+					tmp[t * d + i] = v[t * d +
+					    (uint32_t)perm[i]];
+			/* The runs of struct_size: big blocks of s1, then s1 - 1. */
+			for (uint32_t b = 0; b < nb; b++) {
+				uint32_t s = b < big ? s1 : s1 - 1;
+
+				rows(tmp + off, d, m, g, s, v + off, d);
+				m += (size_t)s * s;
+				off += s;
+			}
+		}
+	}
+	free(tmp);
+	return 1;
+}
+
 static void
 structured_apply(const float *rot, uint32_t d, float *y, size_t n, int inv)
 {
@@ -1020,6 +1066,11 @@ structured_apply(const float *rot, uint32_t d, float *y, size_t n, int inv)
 	for (r = 0; r < nr; r++)
 		round[r] = rot + 2 + (size_t)r * per;
 	if (tr && d <= ROT_ROW_MAX) {
+		tq_rowa_rows_fn rows = tq_kernels()->rowa_rows;
+
+		if (!inv && n > 1 && rows != NULL &&
+		    narrow_rows(round, nr, nb, d, y, n, rows))
+			return;
 		for (t = 0; t < n; t++)
 			narrow_row(round, nr, nb, d, y + t * d, inv);
 		return;

@@ -8,7 +8,9 @@
  * each load of x or a used four times.
  *
  * Also the rows times block-diagonal matrices (tq_rowa_fn): masked loads
- * and stores cover a block of up to 32 columns in two registers.
+ * and stores cover a block of up to 32 columns in two registers.  Blocks
+ * go side by side for one row, or (tq_rowa_rows_fn) rows side by side for
+ * one block, whose matrix then stays in L1.
  *
  * Also the refinement's dot products with 4-bit rows (tq_dotq4_fn), which
  * pick nibbles with AVX512BW and VBMI byte permutes.
@@ -171,8 +173,9 @@ tq_dot_avx512(const float *x, size_t ldx, size_t n, const float *a,
  * each block holds the columns tail selects.
  */
 static inline __attribute__((always_inline)) void
-rowa_group(const float *y, const float *a, uint32_t s, unsigned g,
-    uint32_t j0, unsigned nv, __mmask16 tail, float *x)
+rowa_group_strided(const float *y, size_t ys, const float *a, size_t as,
+    uint32_t s, unsigned g, uint32_t j0, unsigned nv, __mmask16 tail,
+    float *x, size_t xs)
 {
 	__m512 acc[8];
 	unsigned b, q;
@@ -183,8 +186,8 @@ rowa_group(const float *y, const float *a, uint32_t s, unsigned g,
 	for (uint32_t o = 0; o < s; o++) {
 #pragma GCC unroll 8
 		for (b = 0; b < g; b++) {
-			__m512 c = _mm512_set1_ps(y[b * s + o]);
-			const float *ao = a + ((size_t)b * s + o) * s + j0;
+			__m512 c = _mm512_set1_ps(y[b * ys + o]);
+			const float *ao = a + b * as + (size_t)o * s + j0;
 
 			/*
 			 * Narrow blocks: the row ROWA_AHEAD on (and past
@@ -208,8 +211,19 @@ rowa_group(const float *y, const float *a, uint32_t s, unsigned g,
 	for (b = 0; b < g; b++)
 #pragma GCC unroll 8
 		for (q = 0; q < nv; q++)
-			_mm512_mask_storeu_ps(x + b * s + j0 + 16 * q,
+			_mm512_mask_storeu_ps(x + b * xs + j0 + 16 * q,
 			    q + 1 == nv ? tail : 0xffff, acc[b * nv + q]);
+}
+
+/*
+ * g chains side by side: g blocks of one row (y, a and x a block apart),
+ * or one block of g rows (tq_rowa_rows_avx512: rows apart, a the same).
+ */
+static inline __attribute__((always_inline)) void
+rowa_group(const float *y, const float *a, uint32_t s, unsigned g,
+    uint32_t j0, unsigned nv, __mmask16 tail, float *x)
+{
+	rowa_group_strided(y, s, a, (size_t)s * s, s, g, j0, nv, tail, x, s);
 }
 
 /* Blocks 0 .. nb - 1 of s columns (nv registers), g at a time, then one. */
@@ -266,6 +280,45 @@ tq_rowa_avx512(const float *y, const float *a, uint32_t nb, uint32_t s,
 			default: ROWA_WIDE(8, tail); break;
 			}
 #undef ROWA_WIDE
+}
+
+/*
+ * One block of s <= 32 columns for n rows (tq_rowa_rows_fn): the block's
+ * matrix (at most 4 KiB) stays in L1 while the rows pass, where a row at a
+ * time streams every block of a round from L2.  Rows go side by side as
+ * blocks do in tq_rowa_avx512 (eight or four chains), each output the same
+ * chain, so the same bits.
+ */
+void
+tq_rowa_rows_avx512(const float *y, size_t ldy, const float *a, size_t n,
+    uint32_t s, float *x, size_t ldx)
+{
+	size_t i = 0;
+	__mmask16 tail;
+
+	if (s == 0)
+		return;
+	if (s > 32) {
+		for (; i < n; i++)
+			tq_rowa_avx512(y + i * ldy, a, 1, s, x + i * ldx);
+		return;
+	}
+	tail = (__mmask16)(0xffffu >> (15 - (s - 1) % 16));
+	if (s <= 16) {
+		for (; i + 8 <= n; i += 8)
+			rowa_group_strided(y + i * ldy, ldy, a, 0, s, 8, 0, 1,
+			    tail, x + i * ldx, ldx);
+		for (; i < n; i++)
+			rowa_group_strided(y + i * ldy, ldy, a, 0, s, 1, 0, 1,
+			    tail, x + i * ldx, ldx);
+		return;
+	}
+	for (; i + 4 <= n; i += 4)
+		rowa_group_strided(y + i * ldy, ldy, a, 0, s, 4, 0, 2, tail,
+		    x + i * ldx, ldx);
+	for (; i < n; i++)
+		rowa_group_strided(y + i * ldy, ldy, a, 0, s, 1, 0, 2, tail,
+		    x + i * ldx, ldx);
 }
 
 /* f16 rows: vcvtph2ps is exact. */

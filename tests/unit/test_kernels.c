@@ -709,6 +709,56 @@ test_rowa(void)
 		if (rk[d].run)
 			CHECK(!bad[d]);
 	}
+	/*
+	 * One block for many rows (rowa_rows, AVX-512): every row as
+	 * tq_rowa_portable gives it alone, rows at awkward strides, row
+	 * counts that leave every remainder of the groups of 8 and 4, and
+	 * nothing written between or after the rows.
+	 */
+	if (runnable[1]) {
+		static const uint32_t ns[] = { 1, 2, 3, 4, 5, 7, 8, 9, 16, 17,
+		    33 };
+		int rbad = 0;
+
+		for (size_t si = 0; si < sizeof(ss) / sizeof(ss[0]); si++)
+			for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]);
+			    ni++) {
+				uint32_t sz = ss[si], n = ns[ni];
+				size_t ldy = sz + 3, ldx = sz + 5;
+				float *y = malloc(n * ldy * sizeof(float));
+				float *a = malloc((size_t)sz * sz *
+				    sizeof(float));
+				float *x = malloc((n * ldx + 1) * sizeof(float));
+				float *want = malloc(sz * sizeof(float));
+
+				for (size_t i = 0; i < n * ldy; i++)
+					y[i] = (float)((int32_t)rnd() % 20001) *
+					    (rnd() % 2 ? 1e-3f : 7.1f);
+				for (size_t i = 0; i < (size_t)sz * sz; i++)
+					a[i] = (float)((int32_t)rnd() % 20001) *
+					    1e-4f;
+				memset(x, 0xee, (n * ldx + 1) * sizeof(float));
+				tq_rowa_rows_avx512(y, ldy, a, n, sz, x, ldx);
+				for (uint32_t t = 0; t < n; t++) {
+					tq_rowa_portable(y + t * ldy, a, 1, sz,
+					    want);
+					rbad |= memcmp(x + t * ldx, want, sz *
+					    sizeof(float)) != 0;
+					for (size_t g = sz; g < ldx; g++)
+						rbad |= memcmp(x + t * ldx + g,
+						    "\xee\xee\xee\xee", 4) != 0;
+				}
+				rbad |= memcmp(x + n * ldx, "\xee\xee\xee\xee",
+				    4) != 0;
+				free(y);
+				free(a);
+				free(x);
+				free(want);
+			}
+		if (rbad)
+			fprintf(stderr, "rowa_rows kernel avx512 differs\n");
+		CHECK(!rbad);
+	}
 	/* The order by hand: column j of block 1, a chain over o from +0. */
 	{
 		float y[6] = { 1e8f, 3.0f, -1e8f, 0.5f, 1e-3f, -2.0f };
