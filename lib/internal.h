@@ -1090,6 +1090,8 @@ typedef void (*tq_rowa_rows_fn)(const float *y, size_t ldy, const float *a,
     size_t n, uint32_t s, float *x, size_t ldx);
 void tq_rowa_rows_avx512(const float *y, size_t ldy, const float *a,
     size_t n, uint32_t s, float *x, size_t ldx);
+void tq_rowa_rows_avx2(const float *y, size_t ldy, const float *a,
+    size_t n, uint32_t s, float *x, size_t ldx);
 
 /*
  * Half-precision rows to float: dst[i] = the binary16 value of the

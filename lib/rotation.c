@@ -1007,11 +1007,11 @@ narrow_row(const float *const *round, int nr, uint32_t nb, uint32_t d,
 
 /*
  * Many rows forward through a narrow layout, block by block for a group
- * of rows (the kernel's rowa_rows): each block's matrix is read once for
- * the group, where narrow_row streams a round's matrices from L2 for
- * every row (at d = 768, 86 KiB a round).  The same products in the same
- * order, so the same bits.  0 without the buffer's memory (the caller
- * then goes row by row).
+ * of rows (the kernel's rowa_rows, AVX2 and AVX-512): each block's
+ * matrix is read once for the group, where narrow_row streams a round's
+ * matrices from L2 for every row (at d = 768, 86 KiB a round).  The same
+ * products in the same order, so the same bits.  0 without the buffer's
+ * memory (the caller then goes row by row).
  */
 static int
 narrow_rows(const float *const *round, int nr, uint32_t nb, uint32_t d,

@@ -122,7 +122,7 @@ static const struct {
 #ifdef TQ_HAVE_AVX2
 	    tq_scan_avx2, tq_dot_avx2, tq_f16_avx2, tq_scan4x_avx2,
 	    tq_keys_avx2, tq_keysh_avx2, tq_scand_avx2, NULL, tq_rowa_avx2,
-	    tq_keyf16_avx2, tq_dotq4_avx2, NULL },
+	    tq_keyf16_avx2, tq_dotq4_avx2, tq_rowa_rows_avx2 },
 #else
 	    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
 	    NULL },

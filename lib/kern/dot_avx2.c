@@ -7,7 +7,8 @@
  *
  * Two input rows times two outputs per step reuse each load twice.
  *
- * Also the rows times block-diagonal matrices (tq_rowa_fn).
+ * Also the rows times block-diagonal matrices (tq_rowa_fn), and one
+ * block for many rows (tq_rowa_rows_fn), whose matrix then stays in L1.
  *
  * Also the f16 rows (built with -mf16c as well: vcvtph2ps is exact),
  * and the refinement's dot products with 4-bit rows (tq_dotq4_fn).
@@ -130,8 +131,9 @@ load_cols(const float *p, int full, __m256i tail)
 }
 
 static inline __attribute__((always_inline)) void
-rowa_group(const float *y, const float *a, uint32_t s, unsigned g,
-    uint32_t j0, unsigned nv, int full, __m256i tail, float *x)
+rowa_group_strided(const float *y, size_t ys, const float *a, size_t as,
+    uint32_t s, unsigned g, uint32_t j0, unsigned nv, int full,
+    __m256i tail, float *x, size_t xs)
 {
 	__m256 acc[8];
 	unsigned b, q;
@@ -142,8 +144,8 @@ rowa_group(const float *y, const float *a, uint32_t s, unsigned g,
 	for (uint32_t o = 0; o < s; o++) {
 #pragma GCC unroll 8
 		for (b = 0; b < g; b++) {
-			__m256 c = _mm256_set1_ps(y[b * s + o]);
-			const float *ao = a + ((size_t)b * s + o) * s + j0;
+			__m256 c = _mm256_set1_ps(y[b * ys + o]);
+			const float *ao = a + b * as + (size_t)o * s + j0;
 
 #pragma GCC unroll 8
 			for (q = 0; q < nv; q++)
@@ -155,13 +157,22 @@ rowa_group(const float *y, const float *a, uint32_t s, unsigned g,
 	for (b = 0; b < g; b++)
 #pragma GCC unroll 8
 		for (q = 0; q < nv; q++) {
-			float *xq = x + b * s + j0 + 8 * q;
+			float *xq = x + b * xs + j0 + 8 * q;
 
 			if (full || q + 1 < nv)
 				_mm256_storeu_ps(xq, acc[b * nv + q]);
 			else
 				_mm256_maskstore_ps(xq, tail, acc[b * nv + q]);
 		}
+}
+
+/* g blocks of one row, or (tq_rowa_rows_avx2) one block of g rows. */
+static inline __attribute__((always_inline)) void
+rowa_group(const float *y, const float *a, uint32_t s, unsigned g,
+    uint32_t j0, unsigned nv, int full, __m256i tail, float *x)
+{
+	rowa_group_strided(y, s, a, (size_t)s * s, s, g, j0, nv, full, tail,
+	    x, s);
 }
 
 /* Blocks 0 .. nb - 1 of s columns (nv registers), g at a time, then one. */
@@ -227,6 +238,52 @@ tq_rowa_avx2(const float *y, const float *a, uint32_t nb, uint32_t s,
 			default: ROWA_WIDE(8, 0); break;
 			}
 #undef ROWA_WIDE
+}
+
+/* Rows of one block, g at a time, then one (tq_rowa_rows_avx2). */
+static inline __attribute__((always_inline)) void
+rowa_rows_g(const float *y, size_t ldy, const float *a, size_t n,
+    uint32_t s, unsigned g, unsigned nv, __m256i tail, float *x,
+    size_t ldx)
+{
+	size_t i = 0;
+
+	for (; i + g <= n; i += g)
+		rowa_group_strided(y + i * ldy, ldy, a, 0, s, g, 0, nv, 0,
+		    tail, x + i * ldx, ldx);
+	for (; i < n; i++)
+		rowa_group_strided(y + i * ldy, ldy, a, 0, s, 1, 0, nv, 0,
+		    tail, x + i * ldx, ldx);
+}
+
+/*
+ * One block of s <= 32 columns for n rows (tq_rowa_rows_fn), rows side
+ * by side as blocks are in tq_rowa_avx2, so the block's matrix stays in
+ * L1 while the rows pass; the same chains, so the same bits.
+ */
+void
+tq_rowa_rows_avx2(const float *y, size_t ldy, const float *a, size_t n,
+    uint32_t s, float *x, size_t ldx)
+{
+	__m256i tail;
+
+	if (s == 0)
+		return;
+	if (s > 32) {
+		for (size_t i = 0; i < n; i++)
+			tq_rowa_avx2(y + i * ldy, a, 1, s, x + i * ldx);
+		return;
+	}
+	tail = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)((s - 1) % 8 + 1)),
+	    _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+	if (s <= 8)
+		rowa_rows_g(y, ldy, a, n, s, 8, 1, tail, x, ldx);
+	else if (s <= 16)
+		rowa_rows_g(y, ldy, a, n, s, 4, 2, tail, x, ldx);
+	else if (s <= 24)
+		rowa_rows_g(y, ldy, a, n, s, 2, 3, tail, x, ldx);
+	else
+		rowa_rows_g(y, ldy, a, n, s, 2, 4, tail, x, ldx);
 }
 
 void

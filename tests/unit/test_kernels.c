@@ -710,15 +710,20 @@ test_rowa(void)
 			CHECK(!bad[d]);
 	}
 	/*
-	 * One block for many rows (rowa_rows, AVX-512): every row as
+	 * One block for many rows (rowa_rows, AVX2 and AVX-512): every row as
 	 * tq_rowa_portable gives it alone, rows at awkward strides, row
 	 * counts that leave every remainder of the groups of 8 and 4, and
 	 * nothing written between or after the rows.
 	 */
-	if (runnable[1]) {
+	for (int kk = 0; kk < 2; kk++) {
 		static const uint32_t ns[] = { 1, 2, 3, 4, 5, 7, 8, 9, 16, 17,
 		    33 };
+		tq_rowa_rows_fn rows = kk ? tq_rowa_rows_avx512 :
+		    tq_rowa_rows_avx2;
 		int rbad = 0;
+
+		if (!runnable[kk])
+			continue;
 
 		for (size_t si = 0; si < sizeof(ss) / sizeof(ss[0]); si++)
 			for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]);
@@ -738,7 +743,7 @@ test_rowa(void)
 					a[i] = (float)((int32_t)rnd() % 20001) *
 					    1e-4f;
 				memset(x, 0xee, (n * ldx + 1) * sizeof(float));
-				tq_rowa_rows_avx512(y, ldy, a, n, sz, x, ldx);
+				rows(y, ldy, a, n, sz, x, ldx);
 				for (uint32_t t = 0; t < n; t++) {
 					tq_rowa_portable(y + t * ldy, a, 1, sz,
 					    want);
@@ -756,7 +761,8 @@ test_rowa(void)
 				free(want);
 			}
 		if (rbad)
-			fprintf(stderr, "rowa_rows kernel avx512 differs\n");
+			fprintf(stderr, "rowa_rows kernel %s differs\n",
+			    kk ? "avx512" : "avx2");
 		CHECK(!rbad);
 	}
 	/* The order by hand: column j of block 1, a chain over o from +0. */
