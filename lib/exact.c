@@ -17,7 +17,8 @@
  *
  * On a CPU with AVX512_BF16 (tq_bf16_kernel) and 64 queries or more, the
  * filter is the IVF list filter's bf16 product instead, with the same
- * kind of bound (ivf.c, bf16_candidates): with q~ and x~ rounded to bf16,
+ * kind of bound (ivf.c, above struct bfbound): with q~ and x~ rounded to
+ * bf16,
  * |<q, x> - <q~, x~>_float| <= |q~| |x - x~| (1 + gb) + (|q - q~| +
  * gb |q~|) |x| + the flushed subnormals, gb = d 2^-23 / (1 - d 2^-23).
  * Rows and queries of norm 2^60 or more keep sgemm.  A few more rows are
@@ -39,7 +40,6 @@
 #define QBLOCK 256
 /* Queries below this take sgemm: the chunk's bf16 copy would not pay. */
 #define BF16_MIN_QUERIES 64
-#define BF16_MAX_NORM 0x1p60
 
 struct ectx {
 	enum tq_metric m;
@@ -370,7 +370,7 @@ exact_run(struct eres *e, tq_exact_next_fn next, void *arg, struct ectx *c,
 			memcpy(e->qv + i * dim, q, dim * sizeof(float));
 		e->qn2[i] = norm2(e->qv + i * dim, dim);
 		e->qnorm[i] = sqrt(e->qn2[i]);
-		if (c->bk != NULL && !(e->qnorm[i] < BF16_MAX_NORM))
+		if (c->bk != NULL && !(e->qnorm[i] < TQ_BF16_MAX_NORM))
 			c->bk = NULL;
 	}
 	for (i = 0; c->bk != NULL && i < e->nq; i++)
@@ -394,7 +394,7 @@ exact_run(struct eres *e, tq_exact_next_fn next, void *arg, struct ectx *c,
 			e->xn2[i] = norm2(x, dim);
 			e->xnorm[i] = sqrt(e->xn2[i]);
 			/* Also false for NaN. */
-			c->bf = c->bf && e->xnorm[i] < BF16_MAX_NORM;
+			c->bf = c->bf && e->xnorm[i] < TQ_BF16_MAX_NORM;
 		}
 		c->rows = got;
 		if (c->bf)

@@ -1048,6 +1048,8 @@ tq_dot_fn tq_dot_kernel(void);
  */
 #define TQ_BF16_ROWS 6
 #define TQ_BF16_LISTS 64
+/* Rows and centroids of this norm or more keep sgemm (no overflow). */
+#define TQ_BF16_MAX_NORM 0x1p60
 struct tq_bf16_kernel {
 	void (*row)(const float *x, uint32_t dim, uint32_t *out, double *rn,
 	    double *dn);

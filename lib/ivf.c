@@ -42,8 +42,6 @@
 
 /* Lists fewer than this are filtered by sgemm: padding would cost more. */
 #define BF16_MIN_LISTS 64
-/* Rows and centroids past this norm are filtered by sgemm (no overflow). */
-#define BF16_MAX_NORM 0x1p60
 
 static void
 bf16_release(struct tq_ivf *v)
@@ -68,7 +66,7 @@ bf16_pack(struct tq_ivf *v, uint32_t dim)
 	uint32_t *row, *w;
 
 	if (bk == NULL || v->nlist < BF16_MIN_LISTS ||
-	    !(v->cmax < BF16_MAX_NORM))
+	    !(v->cmax < TQ_BF16_MAX_NORM))
 		return;
 	nlp = (v->nlist + TQ_BF16_LISTS - 1) / TQ_BF16_LISTS * TQ_BF16_LISTS;
 	/* Without the memory, sgemm filters: slower, the same lists. */
@@ -411,7 +409,7 @@ nearest_rows(const struct tq_ivf *v, uint32_t dim, const float *x,
 		row_norms(x + r0 * dim, m, dim, nxs);
 		for (size_t i = 0; i < m; i++)
 			/* Also false for NaN: such rows go to sgemm. */
-			bf = bf && nxs[i] < BF16_MAX_NORM;
+			bf = bf && nxs[i] < TQ_BF16_MAX_NORM;
 		if (exact) {
 			tq_dot_rows(x + r0 * dim, dim, m, v->cent, nl, dim, s, nl);
 		} else if (bf) {
