@@ -336,20 +336,17 @@ reader_next(void *arg, float *x, size_t max, size_t *got,
 static void
 chunk_bf16(struct eres *e, struct ectx *c)
 {
-	size_t k2 = c->k2, r, k;
-	uint32_t *xb = e->xb;
+	size_t r;
 	double rn;
 
 	c->rows64 = (uint32_t)((c->rows + TQ_BF16_LISTS - 1) / TQ_BF16_LISTS *
 	    TQ_BF16_LISTS);
 	for (r = 0; r < c->rows64; r++) {
-		uint32_t *blk = xb + (r / 16) * k2 * 16 + r % 16;
-
 		if (r < c->rows)
 			c->bk->row(e->x + r * c->dim, c->dim, e->xrow, &rn,
 			    &e->xdn[r]);
-		for (k = 0; k < k2; k++)
-			blk[k * 16] = r < c->rows ? e->xrow[k] : 0;
+		tq_bf16_place(e->xb, (uint32_t)c->k2, r, r < c->rows ?
+		    e->xrow : NULL);
 	}
 }
 

@@ -1061,6 +1061,12 @@ void tq_bf16_row_avx512(const float *x, uint32_t dim, uint32_t *out,
 void tq_bf16_gemm_avx512(const uint32_t *x, size_t m, const void *cent,
     uint32_t nl, uint32_t k2, float *s, size_t lds);
 /*
+ * Puts a row's k2 words (row NULL: zeros) as list o of gemm's blocks of
+ * 16 lists (word k at block o / 16, vector k, lane o % 16).
+ */
+void tq_bf16_place(uint32_t *blocks, uint32_t k2, size_t o,
+    const uint32_t *row);
+/*
  * The bf16 filter of the chosen instruction set (AVX-512 with BF16), or
  * NULL: the filter is sgemm's.
  */

@@ -81,18 +81,25 @@ bf16_pack(struct tq_ivf *v, uint32_t dim)
 	w = v->bfc;
 	memset(w, 0, (size_t)nlp * k2 * sizeof(uint32_t));
 	for (uint32_t o = 0; o < v->nlist; o++) {
-		uint32_t *blk = w + (size_t)(o / 16) * k2 * 16 + o % 16;
 		double cn, dn;
 
 		bk->row(v->cent + (size_t)o * dim, dim, row, &cn, &dn);
 		/* |c| from |bf16(c)| and the residual, rounded up. */
 		v->bfe[2 * o] = dn;
 		v->bfe[2 * o + 1] = (cn + dn) * (1.0 + 0x1p-40);
-		for (uint32_t k = 0; k < k2; k++)
-			blk[(size_t)k * 16] = row[k];
+		tq_bf16_place(w, k2, o, row);
 	}
 	free(row);
 	v->bfnl = nlp;
+}
+
+void
+tq_bf16_place(uint32_t *blocks, uint32_t k2, size_t o, const uint32_t *row)
+{
+	uint32_t *w = blocks + o / 16 * k2 * 16 + o % 16;
+
+	for (uint32_t k = 0; k < k2; k++)
+		w[(size_t)k * 16] = row != NULL ? row[k] : 0;
 }
 
 const char *
