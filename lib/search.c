@@ -268,7 +268,7 @@ bit1_tables(const struct tq_quantizer *q, const int8_t *q8, uint8_t *lut)
 /*
  * The dot form of the tables (internal.h, struct tq_lut) for a quantizer
  * of 4-bit fields of 1 or 2 coordinates, and the 1-bit form (4
- * coordinates: the query to 7 bits, levels 0 and 1, and the lookup
+ * coordinates: the query to 6 bits, levels 0 and 1, and the lookup
  * tables made from them).  Its error bound: per coordinate,
  * |r c - sq r8 chat| <= |r| |c - chat| + |chat| |r - sq r8|, with
  * chat = sc c7 + centroid[0] the level the sum uses; summed over the
@@ -282,7 +282,7 @@ lut_build_dot(const struct tq_quantizer *q, const float *rq,
 	const unsigned planes = q->coords_per_field, last = q->nlevels - 1;
 	const int bit1 = TQ_BIT1_FORM(q);
 	/* The largest query value and level. */
-	const int qmax = bit1 ? 63 : 127, lmax = bit1 ? 1 : 127;
+	const int qmax = bit1 ? 31 : 127, lmax = bit1 ? 1 : 127;
 	const size_t tabbytes = bit1 ? (size_t)q->nfields * 16 : 0;
 	int8_t *q8 = (int8_t *)(void *)(t->lut + tabbytes);
 	uint32_t f = 0;

@@ -14,11 +14,17 @@
  *   (the 64 bytes of tables at field f, as stored); VNNI's vpdpbusd, with
  *   multipliers of 1, adds each dword's four looked-up u8 entries into a
  *   u32 sum.  Vector j's sum ends in dword j of one register and vector
- *   j + 16's in another: no widening and no flush.  Per 64 bytes of codes
- *   a query costs two vpermb and two vpdpbusd, where vpshufb lookups
- *   summed as FAISS's u16 pairs cost two vpshufb and six adds; the
- *   transposition and the nibble split are paid once for all the queries
- *   scanned together (up to eight, whose sums fill 16 registers).
+ *   j + 16's in another: no widening and no flush.  The entries are at
+ *   most TQ_LUT4_MAX, so the lookups of two consecutive 64-byte steps
+ *   (the same vectors' next four fields, in the same bytes) are added as
+ *   bytes first and one vpdpbusd widens both.  Per 64 bytes of codes a
+ *   query costs two vpermb, one vpaddb and one vpdpbusd, where vpshufb
+ *   lookups summed as FAISS's u16 pairs cost two vpshufb and six adds;
+ *   the transposition and the nibble split are paid once for all the
+ *   queries scanned together (up to eight, whose sums fill 16
+ *   registers).  On the Zen 4 development machine the byte adds took 10%
+ *   off a batch of 1-bit queries at 100K x 1536 (vpermb and vpdpbusd
+ *   compete there for the same pipes).
  *
  *   6-bit fields: groups of four fields as three 32-byte rows A, B, C.
  *   vpermb (_mm512_permutexvar_epi8) is a 64-entry byte lookup that reads
@@ -167,35 +173,59 @@ k4_add(const struct k4 *k, __m512i sum_u32x16, __m512i idx_u8x64,
 	    _mm512_permutexvar_epi8(idx_u8x64, t_u8x64), k->ones);
 }
 
+/* sum_u32x16 += the entries that two steps' indices select, added as bytes. */
+static inline __m512i
+k4_add2(const struct k4 *k, __m512i sum_u32x16, __m512i idx0_u8x64,
+    __m512i t0_u8x64, __m512i idx1_u8x64, __m512i t1_u8x64)
+{
+	return _mm512_dpbusd_epi32(sum_u32x16, _mm512_add_epi8(
+	    _mm512_permutexvar_epi8(idx0_u8x64, t0_u8x64),
+	    _mm512_permutexvar_epi8(idx1_u8x64, t1_u8x64)), k->ones);
+}
+
 static void
 scan_block4(const uint8_t *block, unsigned nfields, const uint8_t *lut,
     uint32_t *out)
 {
 	const struct k4 k = k4_init();
 	const size_t len = (size_t)nfields * 16;
-	/* Two sums per half, for even and odd steps: vpdpbusd's latency. */
+	/* Two sums per half, for even and odd pairs: vpdpbusd's latency. */
 	__m512i lo0 = _mm512_setzero_si512(), lo1 = _mm512_setzero_si512();
 	__m512i hi0 = _mm512_setzero_si512(), hi1 = _mm512_setzero_si512();
-	__m512i l_u8x64, h_u8x64, t_u8x64;
+	__m512i l0_u8x64, h0_u8x64, l1_u8x64, h1_u8x64, t0_u8x64, t1_u8x64;
 	size_t off;
 
-	for (off = 0; off + 128 <= len; off += 128) {
+	for (off = 0; off + 256 <= len; off += 256) {
 		prefetch_ahead(block + off);
 		prefetch_ahead(block + off + 64);
-		k4_index(&k, block + off, &l_u8x64, &h_u8x64);
-		t_u8x64 = load_u8x64(lut + off);
-		lo0 = k4_add(&k, lo0, l_u8x64, t_u8x64);
-		hi0 = k4_add(&k, hi0, h_u8x64, t_u8x64);
-		k4_index(&k, block + off + 64, &l_u8x64, &h_u8x64);
-		t_u8x64 = load_u8x64(lut + off + 64);
-		lo1 = k4_add(&k, lo1, l_u8x64, t_u8x64);
-		hi1 = k4_add(&k, hi1, h_u8x64, t_u8x64);
+		prefetch_ahead(block + off + 128);
+		prefetch_ahead(block + off + 192);
+		k4_index(&k, block + off, &l0_u8x64, &h0_u8x64);
+		k4_index(&k, block + off + 64, &l1_u8x64, &h1_u8x64);
+		t0_u8x64 = load_u8x64(lut + off);
+		t1_u8x64 = load_u8x64(lut + off + 64);
+		lo0 = k4_add2(&k, lo0, l0_u8x64, t0_u8x64, l1_u8x64, t1_u8x64);
+		hi0 = k4_add2(&k, hi0, h0_u8x64, t0_u8x64, h1_u8x64, t1_u8x64);
+		k4_index(&k, block + off + 128, &l0_u8x64, &h0_u8x64);
+		k4_index(&k, block + off + 192, &l1_u8x64, &h1_u8x64);
+		t0_u8x64 = load_u8x64(lut + off + 128);
+		t1_u8x64 = load_u8x64(lut + off + 192);
+		lo1 = k4_add2(&k, lo1, l0_u8x64, t0_u8x64, l1_u8x64, t1_u8x64);
+		hi1 = k4_add2(&k, hi1, h0_u8x64, t0_u8x64, h1_u8x64, t1_u8x64);
+	}
+	for (; off + 128 <= len; off += 128) {
+		k4_index(&k, block + off, &l0_u8x64, &h0_u8x64);
+		k4_index(&k, block + off + 64, &l1_u8x64, &h1_u8x64);
+		t0_u8x64 = load_u8x64(lut + off);
+		t1_u8x64 = load_u8x64(lut + off + 64);
+		lo0 = k4_add2(&k, lo0, l0_u8x64, t0_u8x64, l1_u8x64, t1_u8x64);
+		hi0 = k4_add2(&k, hi0, h0_u8x64, t0_u8x64, h1_u8x64, t1_u8x64);
 	}
 	if (off < len) {
-		k4_index(&k, block + off, &l_u8x64, &h_u8x64);
-		t_u8x64 = load_u8x64(lut + off);
-		lo0 = k4_add(&k, lo0, l_u8x64, t_u8x64);
-		hi0 = k4_add(&k, hi0, h_u8x64, t_u8x64);
+		k4_index(&k, block + off, &l0_u8x64, &h0_u8x64);
+		t0_u8x64 = load_u8x64(lut + off);
+		lo1 = k4_add(&k, lo1, l0_u8x64, t0_u8x64);
+		hi1 = k4_add(&k, hi1, h0_u8x64, t0_u8x64);
 	}
 	store_u32x16(out, _mm512_add_epi32(lo0, lo1));
 	store_u32x16(out + 16, _mm512_add_epi32(hi0, hi1));
@@ -214,6 +244,29 @@ scan_block4(const uint8_t *block, unsigned nfields, const uint8_t *lut,
 									\
 			lo##i = k4_add(&k, lo##i, l_u8x64, t_u8x64);	\
 			hi##i = k4_add(&k, hi##i, h_u8x64, t_u8x64);	\
+		}							\
+	} while (0)
+/*
+ * Two steps at once: the lookups of fields f .. f + 3 and f + 4 .. f + 7
+ * land in the same bytes (the same vector's dword), so with entries of at
+ * most TQ_LUT4_MAX their sum fits a byte and one vpdpbusd adds both.
+ */
+#define K4_STEP2(i)							\
+	do {								\
+		if ((i) < nq) {						\
+			__m512i t0_u8x64 = load_u8x64(lut[i] + off);	\
+			__m512i t1_u8x64 = load_u8x64(lut[i] + off + 64); \
+									\
+			lo##i = _mm512_dpbusd_epi32(lo##i,		\
+			    _mm512_add_epi8(				\
+			    _mm512_permutexvar_epi8(l0_u8x64, t0_u8x64),	\
+			    _mm512_permutexvar_epi8(l1_u8x64, t1_u8x64)),	\
+			    k.ones);					\
+			hi##i = _mm512_dpbusd_epi32(hi##i,		\
+			    _mm512_add_epi8(				\
+			    _mm512_permutexvar_epi8(h0_u8x64, t0_u8x64),	\
+			    _mm512_permutexvar_epi8(h1_u8x64, t1_u8x64)),	\
+			    k.ones);					\
 		}							\
 	} while (0)
 #define K4_STORE(i)							\
@@ -238,11 +291,26 @@ scan_block4_multi(const uint8_t *block, unsigned nfields,
 	__m512i lo5 = _mm512_setzero_si512(), hi5 = _mm512_setzero_si512();
 	__m512i lo6 = _mm512_setzero_si512(), hi6 = _mm512_setzero_si512();
 	__m512i lo7 = _mm512_setzero_si512(), hi7 = _mm512_setzero_si512();
-	__m512i l_u8x64, h_u8x64;
+	__m512i l0_u8x64, h0_u8x64, l1_u8x64, h1_u8x64;
 	size_t off;
 
-	for (off = 0; off < len; off += 64) {
+	for (off = 0; off + 128 <= len; off += 128) {
 		prefetch_ahead(block + off);
+		prefetch_ahead(block + off + 64);
+		k4_index(&k, block + off, &l0_u8x64, &h0_u8x64);
+		k4_index(&k, block + off + 64, &l1_u8x64, &h1_u8x64);
+		K4_STEP2(0);
+		K4_STEP2(1);
+		K4_STEP2(2);
+		K4_STEP2(3);
+		K4_STEP2(4);
+		K4_STEP2(5);
+		K4_STEP2(6);
+		K4_STEP2(7);
+	}
+	if (off < len) {
+		__m512i l_u8x64, h_u8x64;
+
 		k4_index(&k, block + off, &l_u8x64, &h_u8x64);
 		K4_STEP(0);
 		K4_STEP(1);
@@ -264,6 +332,7 @@ scan_block4_multi(const uint8_t *block, unsigned nfields,
 }
 
 #undef K4_STEP
+#undef K4_STEP2
 
 /* Row r (32 bytes) of block p0 in the low half, of block p1 in the high. */
 static inline __m512i

@@ -2,8 +2,10 @@
  * test_kernels.c - every SIMD scan kernel the CPU can run must produce the
  * sums of tq_scan_scalar, bit for bit.
  *
- * Random codes with random tables, all-255 tables (the largest sums, to
- * catch a u16 accumulator flushed too late) and all-0 tables, over field
+ * Random codes with random tables, tables of the largest entries (255, or
+ * TQ_LUT4_MAX for 4-bit fields: the largest sums, to catch a u16
+ * accumulator flushed too late or a byte sum that overflows) and all-0
+ * tables, over field
  * counts below, at and well past the flush intervals, and block counts that
  * exercise more than one block per call (and an odd count, for kernels
  * that take blocks in pairs).  Codes and tables are allocated to their
@@ -85,6 +87,8 @@ check_case(unsigned nfields, unsigned field_bits, size_t nblocks,
 	    (size_t)nfields / 4 * 96;
 	size_t code_len = nblocks * block_bytes, lut_len = nfields * entries;
 	size_t nacc = nblocks * TQ_BLOCK, i, k;
+	/* 4-bit fields' entries are at most TQ_LUT4_MAX (tq_scan_fn). */
+	unsigned lmax = field_bits == 4 ? TQ_LUT4_MAX : 255;
 	uint8_t *codes = malloc(code_len), *lut = malloc(lut_len);
 	uint32_t *want = malloc(nacc * sizeof(*want));
 	uint32_t *got = malloc(nacc * sizeof(*got));
@@ -95,15 +99,16 @@ check_case(unsigned nfields, unsigned field_bits, size_t nblocks,
 	for (i = 0; i < code_len; i++)
 		codes[i] = (uint8_t)rnd();
 	for (i = 0; i < lut_len; i++)
-		lut[i] = kind == LUT_MAX ? 255 : kind == LUT_ZERO ? 0 :
-		    kind == LUT_SMALL ? (uint8_t)(rnd() & 3) : (uint8_t)rnd();
+		lut[i] = kind == LUT_MAX ? lmax : kind == LUT_ZERO ? 0 :
+		    kind == LUT_SMALL ? (uint8_t)(rnd() & 3) :
+		    (uint8_t)(rnd() % (lmax + 1u));
 
 	memset(want, 0xa5, nacc * sizeof(*want));
 	tq_scan_scalar(codes, nblocks, block_bytes, nfields, field_bits, lut,
 	    want);
 	if (kind == LUT_MAX)
 		for (i = 0; i < nacc; i++)
-			CHECK(want[i] == 255u * nfields);
+			CHECK(want[i] == lmax * nfields);
 	for (k = 0; k < NKERN; k++) {
 		if (!runnable[k])
 			continue;
@@ -158,7 +163,7 @@ test_fields6(void)
 
 /*
  * The multi-query kernels: nq tables of their own kind each (random, all
- * 255, all 0, small), every query's sums equal to the oracle's for its
+ * TQ_LUT4_MAX, all 0, small), every query's sums equal to the oracle's for its
  * table; nq from 1 to 17 covers whole groups (of two on AVX2, up to
  * eight on AVX-512), every remainder and two full groups of eight.
  */
@@ -205,10 +210,12 @@ test_multi(void)
 						for (size_t i = 0;
 						    i < (size_t)nf * 16; i++)
 							lut[j][i] = j % 4 == 1 ?
-							    255 : j % 4 == 2 ? 0 :
+							    TQ_LUT4_MAX :
+							    j % 4 == 2 ? 0 :
 							    j % 4 == 3 ?
 							    (uint8_t)(rnd() & 3) :
-							    (uint8_t)rnd();
+							    (uint8_t)(rnd() %
+							    (TQ_LUT4_MAX + 1));
 						luts[j] = lut[j];
 					}
 					memset(got, 0x5a, nq * stride * 4);
@@ -552,7 +559,8 @@ test_corners(void)
 		memset(codes, 0xff, block_bytes);
 		memset(codes + block_bytes, 0, block_bytes);
 		for (i = 0; i < nfields * entries; i++)
-			lut[i] = (uint8_t)(i * 7 + 3);
+			lut[i] = (uint8_t)((i * 7 + 3) % (fb == 4 ?
+			    TQ_LUT4_MAX + 1 : 256));
 		tq_scan_scalar(codes, 2, block_bytes, nfields, fb, lut, want);
 		for (k = 0; k < NKERN; k++) {
 			if (!runnable[k])

@@ -193,7 +193,7 @@ test_scan(void)
 		struct tq_quantizer q;
 		uint32_t dim = dims[di], f;
 		size_t n = counts[ci], nb = (n + 31) / 32, bb, i, b;
-		unsigned entries;
+		unsigned entries, lmax;
 		uint8_t *codes, *blocks, *lut, *row;
 		uint32_t *acc, *acc2;
 		int ok_codes = 1, ok_sum = 1, ok_kern = 1;
@@ -213,11 +213,13 @@ test_scan(void)
 		acc2 = malloc(nb * 32 * sizeof(*acc2));
 		for (i = 0; i < n * dim; i++)
 			codes[i] = (uint8_t)(rnd() % q.nlevels);
+		/* 4-bit fields' entries are at most TQ_LUT4_MAX. */
+		lmax = q.field_bits == 4 ? TQ_LUT4_MAX : 255;
 		for (i = 0; i < (size_t)q.nfields * entries; i++)
-			lut[i] = (uint8_t)rnd();
+			lut[i] = (uint8_t)(rnd() % (lmax + 1));
 		/* Some extremes: sums near the largest. */
 		if (ci == 0)
-			memset(lut, 255, (size_t)q.nfields * entries);
+			memset(lut, (int)lmax, (size_t)q.nfields * entries);
 		for (b = 0; b < nb; b++)
 			tq_pack_block(&q, codes + b * 32 * dim,
 			    n - b * 32 < 32 ? n - b * 32 : 32,
@@ -398,7 +400,7 @@ ref_bit1(const struct tq_quantizer *q, const float *rq, uint8_t *buf,
 	for (d = 0; d < q->dim; d++)
 		if (fabsf(rq[d]) > m)
 			m = fabsf(rq[d]);
-	sq = m > 0 ? m / 63.0f : 1.0f;
+	sq = m > 0 ? m / 31.0f : 1.0f;
 	memset(q8, 0, TQ_DOT_BYTES(q));
 	for (f = 0; f < q->nfields; f++) {
 		long r[4], o = 0;
@@ -407,8 +409,8 @@ ref_bit1(const struct tq_quantizer *q, const float *rq, uint8_t *buf,
 			uint64_t coord = (uint64_t)f * 4 + t;
 
 			r[t] = coord < q->dim ? lrintf(rq[coord] * (m > 0 ?
-			    63.0f / m : 1.0f)) : 0;
-			r[t] = r[t] < -63 ? -63 : r[t] > 63 ? 63 : r[t];
+			    31.0f / m : 1.0f)) : 0;
+			r[t] = r[t] < -31 ? -31 : r[t] > 31 ? 31 : r[t];
 			q8[(f - f % 4) * 4 + 4 * t + f % 4] = (int8_t)r[t];
 			qsum += r[t];
 			o += r[t] < 0 ? -r[t] : 0;
@@ -546,6 +548,10 @@ test_lut(void)
 				    (t.lut + (size_t)q->nfields * 16))
 					ok_ref = 0;
 				CHECK(t.entries == 16);
+				/* Entries a kernel may add in a byte. */
+				for (f = 0; f < q->nfields * 16; f++)
+					if (t.lut[f] > TQ_LUT4_MAX)
+						ok = 0;
 			} else {
 				ref_lut(q, rq, ref, &rscale, &rbias);
 				if (memcmp(ref, t.lut, len) != 0)
