@@ -72,16 +72,24 @@
 #define SCAN_BLOCKS 64
 /*
  * Query tiles: a thread scans a slice of about TILE_BYTES of codes for up
- * to QTILE_LOOKUP (lookup form) or QTILE (dot form, and 1 bit where AMX
- * takes its batches) queries before moving on, so the codes come from DRAM once per tile instead of once per query
- * (the scan is bound by memory bandwidth otherwise).  The dot form's
- * tables are 16 times smaller and its tile kernel so fast that with 16
- * queries a tile it waited on memory (perf: half its time at the loads of
- * the codes, 100K x 1536, 4-bit).  Batch QPS there, 1 thread, by queries
- * a tile: 16: 1010, 64: 1510, 128: 1680, 256: 1790.
+ * to QTILE (dot form, and 1 bit where AMX takes its batches) or, lookup
+ * form, as many queries as have TILE_TABLES of tables, QTILE_LOOKUP_MIN
+ * to QTILE_LOOKUP_MAX, before moving on, so the codes come from DRAM once
+ * per tile instead of once per query (the scan is bound by memory
+ * bandwidth otherwise).  The dot form's tables are 16 times smaller and
+ * its tile kernel so fast that with 16 queries a tile it waited on memory
+ * (perf: half its time at the loads of the codes, 100K x 1536, 4-bit).
+ * Batch QPS there, 1 thread, by queries a tile: 16: 1010, 64: 1510, 128:
+ * 1680, 256: 1790.  The 1-bit lookup tables (7.5 KiB a query at 1536
+ * coordinates, with q8) gain from 64 queries too: batch CPU QPS, 1
+ * thread, six alternated runs, 16 -> 64 queries, 100K x 1536 about 1780
+ * -> 2015, Fashion-MNIST 4540 -> 4900 (Zen 4, no AMX).  3 bits' tables,
+ * 64 entries a field, stay at 16 queries from dimension 512 up.
  */
 #define QTILE 256
-#define QTILE_LOOKUP 16
+#define QTILE_LOOKUP_MIN 16
+#define QTILE_LOOKUP_MAX 64
+#define TILE_TABLES (512u << 10)
 #define TILE_BYTES (256u << 10)
 /*
  * Blocks per call of the multi-query kernel: the sums of a whole tile,
@@ -1943,13 +1951,19 @@ scratch_free(struct scratch *s)
 
 /*
  * Queries a tile: the dot form's, or the 1-bit form's where its batches
- * take the tile kernel.
+ * take the tile kernel; the lookup form's by the size of its tables.
  */
 static size_t
 query_tile(const struct tq_quantizer *q)
 {
-	return TQ_DOT_FORM(q) || (TQ_BIT1_FORM(q) &&
-	    tq_kernels()->scand_tile != NULL) ? QTILE : QTILE_LOOKUP;
+	size_t n;
+
+	if (TQ_DOT_FORM(q) || (TQ_BIT1_FORM(q) &&
+	    tq_kernels()->scand_tile != NULL))
+		return QTILE;
+	n = TILE_TABLES / TQ_LUT_BYTES(q);
+	return n < QTILE_LOOKUP_MIN ? QTILE_LOOKUP_MIN :
+	    n > QTILE_LOOKUP_MAX ? QTILE_LOOKUP_MAX : n;
 }
 
 static enum tq_status
