@@ -1021,6 +1021,23 @@ uint32_t tq_keysh_avx2(const uint32_t *acc, const uint8_t *fh,
     const struct tq_keypar *p, float thr, float *key);
 uint32_t tq_keysh_avx512(const uint32_t *acc, const uint8_t *fh,
     const struct tq_keypar *p, float thr, float *key);
+/*
+ * A compact block decoded once for many queries: st[j] = s and
+ * st[TQ_BLOCK + j] = t of row j, as tq_keysh_fn decodes them.
+ */
+typedef void (*tq_fachdec_fn)(const uint8_t *fh, float *st);
+void tq_fachdec_scalar(const uint8_t *fh, float *st);
+void tq_fachdec_avx2(const uint8_t *fh, float *st);
+void tq_fachdec_avx512(const uint8_t *fh, float *st);
+/* tq_keysh_fn from a decoded block st: the same keys, bit for bit. */
+typedef uint32_t (*tq_keysd_fn)(const uint32_t *acc, const float *st,
+    const struct tq_keypar *p, float thr, float *key);
+uint32_t tq_keysd_scalar(const uint32_t *acc, const float *st,
+    const struct tq_keypar *p, float thr, float *key);
+uint32_t tq_keysd_avx2(const uint32_t *acc, const float *st,
+    const struct tq_keypar *p, float thr, float *key);
+uint32_t tq_keysd_avx512(const uint32_t *acc, const float *st,
+    const struct tq_keypar *p, float thr, float *key);
 
 /*
  * Fixed-order dot products (lib/kern/dot_scalar.c): y[i*ldy + o] =
@@ -1180,6 +1197,8 @@ struct tq_kernels {
 	tq_dotq4_fn dotq4;	/* the refinement's 4-bit rows */
 	/* One block of a structured rotation for many rows, or NULL. */
 	tq_rowa_rows_fn rowa_rows;
+	tq_fachdec_fn fachdec;	/* a compact block decoded for keysd */
+	tq_keysd_fn keysd;	/* keysh's keys from a decoded block */
 };
 const struct tq_kernels *tq_kernels(void);
 

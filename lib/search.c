@@ -757,7 +757,8 @@ next_run(const struct ctx *c, const struct tq_part *p, uint64_t *b,
 
 /*
  * The estimated keys of the rows of block blk for query i of the chunk,
- * from the kernel's sums acc plus off (struct tq_keypar): key[j] for
+ * from the kernel's sums acc plus off (struct tq_keypar) and st, the
+ * block's compact factors decoded (tq_fachdec_fn), or NULL: key[j] for
  * j < the returned row count (the last block may be short); *mask has bit j set for rows that may be
  * returned (live and allowed), *above for keys >= thr (never NaN).
  * Higher keys are better (l2: -distance).
@@ -765,7 +766,8 @@ next_run(const struct ctx *c, const struct tq_part *p, uint64_t *b,
 static unsigned
 block_keys(const struct ctx *c, const struct tq_part *p,
     const struct tq_lut *t, size_t i, uint64_t blk, const uint32_t *acc,
-    uint32_t off, float thr, float *key, uint32_t *mask, uint32_t *above)
+    uint32_t off, const float *st, float thr, float *key, uint32_t *mask,
+    uint32_t *above)
 {
 	struct tq_keypar kp = { t->scale, t->bias, c->qc[i], c->qn2[i],
 	    c->metric == TQ_METRIC_L2, off, c->qk[i] };
@@ -778,7 +780,9 @@ block_keys(const struct ctx *c, const struct tq_part *p,
 	if (nj < TQ_BLOCK)
 		*mask &= (1u << nj) - 1;
 	/* All 32 rows: a short block's padding rows have zero factors. */
-	if (p->fach != NULL)
+	if (st != NULL)
+		*above = c->kern->keysd(acc, st, &kp, thr, key);
+	else if (p->fach != NULL)
 		*above = c->kern->keysh(acc, p->fach + (blk - p->block0) *
 		    TQ_FACH_BLOCK, &kp, thr, key);
 	else
@@ -808,13 +812,14 @@ cand_push(const struct tq_index *ix, struct tq_topk *h, float key,
 }
 
 /*
- * Offers the rows of block blk (kernel sums acc, plus off) for query i of
- * the chunk to heap h; rows outside segment sg are skipped.
+ * Offers the rows of block blk (kernel sums acc, plus off; decoded
+ * factors st or NULL, as block_keys) for query i of the chunk to heap h;
+ * rows outside segment sg are skipped.
  */
 static inline unsigned
 block_push(const struct ctx *c, const struct tq_lut *t, size_t i,
-    uint64_t blk, const uint32_t *acc, uint32_t off, const struct seg *sg,
-    struct tq_topk *h)
+    uint64_t blk, const uint32_t *acc, uint32_t off, const float *st,
+    const struct seg *sg, struct tq_topk *h)
 {
 	uint64_t row = blk * TQ_BLOCK;
 	uint32_t mask, above;
@@ -822,7 +827,7 @@ block_push(const struct ctx *c, const struct tq_lut *t, size_t i,
 	unsigned j, offered;
 
 	/* The heap's root is its worst entry. */
-	(void)block_keys(c, sg->p, t, i, blk, acc, off, h->len == h->k ?
+	(void)block_keys(c, sg->p, t, i, blk, acc, off, st, h->len == h->k ?
 	    h->key[0] : -INFINITY, key, &mask, &above);
 	mask &= row_window(blk, sg->r0, sg->r1);
 	offered = (unsigned)__builtin_popcount(mask);
@@ -871,7 +876,7 @@ scan_range(struct worker *w, const struct tq_lut *t, size_t i, uint64_t b0,
 		scan_one(c, sg->p, t, b, nb, w->acc);
 		for (size_t bi = 0; bi < nb; bi++)
 			w->st.rows_scanned += block_push(c, t, i, b + bi,
-			    w->acc + bi * TQ_BLOCK, 0, sg, h);
+			    w->acc + bi * TQ_BLOCK, 0, NULL, sg, h);
 	}
 }
 
@@ -889,6 +894,7 @@ scan_range_multi(struct worker *w, const struct tq_lut *t, size_t i,
 	const struct tq_index *ix = c->ix;
 	const uint8_t *luts[QTILE];
 	const size_t stride = MULTI_BLOCKS * TQ_BLOCK;
+	float st[MULTI_BLOCKS * 2 * TQ_BLOCK];
 	uint64_t b;
 	size_t nb, j;
 
@@ -922,12 +928,19 @@ scan_range_multi(struct worker *w, const struct tq_lut *t, size_t i,
 			    ix->block_bytes, c->q->nfields, luts, (unsigned)m,
 			    w->acc, stride);
 		}
+		/* Compact factors: decoded once for all the queries. */
+		if (sg->p->fach != NULL)
+			for (size_t bi = 0; bi < nb; bi++)
+				c->kern->fachdec(sg->p->fach + (b + bi -
+				    sg->p->block0) * TQ_FACH_BLOCK,
+				    st + bi * 2 * TQ_BLOCK);
 		for (j = 0; j < m; j++)
 			for (size_t bi = 0; bi < nb; bi++)
 				w->st.rows_scanned += block_push(c, &t[j],
 				    i + j, b + bi, w->acc + j * stride +
-				    bi * TQ_BLOCK, tile1 ? t[j].dotoff : 0, sg,
-				    &h[j]);
+				    bi * TQ_BLOCK, tile1 ? t[j].dotoff : 0,
+				    sg->p->fach != NULL ? st + bi * 2 *
+				    TQ_BLOCK : NULL, sg, &h[j]);
 	}
 }
 
@@ -1641,8 +1654,8 @@ range_collect(struct worker *w, const struct tq_lut *t, size_t i,
 			uint32_t mask, above;
 			float key[TQ_BLOCK];
 			unsigned j, nj = block_keys(c, sg->p, t, i, b + bi,
-			    w->acc + bi * TQ_BLOCK, 0, -INFINITY, key, &mask,
-			    &above);
+			    w->acc + bi * TQ_BLOCK, 0, NULL, -INFINITY, key,
+			    &mask, &above);
 
 			mask &= row_window(b + bi, sg->r0, sg->r1);
 			w->st.rows_scanned += (unsigned)__builtin_popcount(mask);

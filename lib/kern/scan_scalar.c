@@ -214,18 +214,11 @@ f16_widen(uint16_t h)
  * f16 s and t of each row widened exactly and scaled by the row's power
  * of two, then one expression for every metric.
  */
-uint32_t
-tq_keysh_scalar(const uint32_t *acc, const uint8_t *fh,
-    const struct tq_keypar *p, float thr, float *key)
+void
+tq_fachdec_scalar(const uint8_t *fh, float *st)
 {
-	float scale = p->scale, bias = p->bias, qk = p->qk;
-	uint32_t m = 0, off = p->off;
-	unsigned j;
-
-	float s[TQ_BLOCK], t[TQ_BLOCK];
-
-	/* Decoded first, keys after: two loops the compiler vectorizes. */
-	for (j = 0; j < TQ_BLOCK; j++) {
+	/* A loop the compiler vectorizes. */
+	for (unsigned j = 0; j < TQ_BLOCK; j++) {
 		int32_t e = (int8_t)fh[4 * TQ_BLOCK + j];
 		uint32_t eb;
 		float ef;
@@ -233,9 +226,32 @@ tq_keysh_scalar(const uint32_t *acc, const uint8_t *fh,
 		e = e < -126 ? -126 : e;
 		eb = (uint32_t)(e + 127) << 23;
 		memcpy(&ef, &eb, 4);
-		s[j] = f16_widen(rd_le16(fh + 2 * j)) * ef;
-		t[j] = f16_widen(rd_le16(fh + 2 * TQ_BLOCK + 2 * j)) * ef;
+		st[j] = f16_widen(rd_le16(fh + 2 * j)) * ef;
+		st[TQ_BLOCK + j] = f16_widen(rd_le16(fh + 2 * TQ_BLOCK +
+		    2 * j)) * ef;
 	}
+}
+
+uint32_t
+tq_keysh_scalar(const uint32_t *acc, const uint8_t *fh,
+    const struct tq_keypar *p, float thr, float *key)
+{
+	float st[2 * TQ_BLOCK];
+
+	/* Decoded first, keys after: loops the compiler vectorizes. */
+	tq_fachdec_scalar(fh, st);
+	return tq_keysd_scalar(acc, st, p, thr, key);
+}
+
+uint32_t
+tq_keysd_scalar(const uint32_t *acc, const float *st,
+    const struct tq_keypar *p, float thr, float *key)
+{
+	float scale = p->scale, bias = p->bias, qk = p->qk;
+	const float *s = st, *t = st + TQ_BLOCK;
+	uint32_t m = 0, off = p->off;
+	unsigned j;
+
 	if (p->l2) {
 		for (j = 0; j < TQ_BLOCK; j++) {
 			float d = scale * (float)(int32_t)(acc[j] + off) + bias;

@@ -448,7 +448,10 @@ test_keys(void)
  * (the clamp to -126 .. 127 included), some f16 values NaN, infinite or
  * subnormal as a corrupt index could hold, both metrics, offsets and
  * thresholds as in test_keys; and the scalar kernel against the
- * expression of internal.h with the row decoded by tq_fach_decode.
+ * expression of internal.h with the row decoded by tq_fach_decode.  The
+ * same for the two steps the batches take (tq_fachdec_fn, then
+ * tq_keysd_fn), scalar and SIMD: the decoded s and t those of
+ * tq_fach_decode, the keys those of tq_keysh_scalar.
  */
 static void
 test_keysh(void)
@@ -456,18 +459,24 @@ test_keysh(void)
 	const struct {
 		const char *name;
 		tq_keysh_fn fn;
+		tq_fachdec_fn dec;
+		tq_keysd_fn keysd;
 		int run;
 	} kk[] = {
-		{ "avx2", tq_keysh_avx2, runnable[0] },
-		{ "avx512", tq_keysh_avx512, runnable[1] },
+		{ "scalar", NULL, tq_fachdec_scalar, tq_keysd_scalar, 1 },
+		{ "avx2", tq_keysh_avx2, tq_fachdec_avx2, tq_keysd_avx2,
+		    runnable[0] },
+		{ "avx512", tq_keysh_avx512, tq_fachdec_avx512,
+		    tq_keysd_avx512, runnable[1] },
 	};
+	float st[2 * TQ_BLOCK];
 	static const uint16_t odd[] = { 0x7e00u, 0x7c00u, 0xfc00u, 0x0001u,
 	    0x8000u, 0x7bffu, 0x7d01u };
 	uint8_t fh[TQ_FACH_BLOCK];
 	uint32_t acc[TQ_BLOCK];
 	float want[TQ_BLOCK], got[TQ_BLOCK];
-	int bad[2] = { 0, 0 }, bad_ref = 0;
-	unsigned ran[2] = { 0, 0 };
+	int bad[3] = { 0, 0, 0 }, bad_dec[3] = { 0, 0, 0 }, bad_ref = 0;
+	unsigned ran[3] = { 0, 0, 0 };
 
 	for (unsigned it = 0; it < 4000; it++) {
 		struct tq_keypar p;
@@ -512,22 +521,42 @@ test_keysh(void)
 			bad_ref |= memcmp(&k, &want[j], 4) != 0 &&
 			    !(isnan(k) && isnan(want[j]));
 		}
-		for (size_t d = 0; d < 2; d++) {
+		for (size_t d = 0; d < 3; d++) {
 			if (!kk[d].run)
 				continue;
+			if (kk[d].fn != NULL) {
+				memset(got, 0x5a, sizeof(got));
+				bad[d] |= kk[d].fn(acc, fh, &p, thr, got) != mw;
+				for (unsigned j = 0; j < TQ_BLOCK; j++)
+					bad[d] |= memcmp(&got[j], &want[j],
+					    4) != 0 && !(isnan(got[j]) &&
+					    isnan(want[j]));
+			}
+			memset(st, 0x5a, sizeof(st));
+			kk[d].dec(fh, st);
+			for (unsigned j = 0; j < TQ_BLOCK; j++) {
+				float s, t;
+
+				tq_fach_decode(fh, j, &s, &t);
+				bad_dec[d] |= (memcmp(&s, &st[j], 4) != 0 &&
+				    !(isnan(s) && isnan(st[j]))) ||
+				    (memcmp(&t, &st[TQ_BLOCK + j], 4) != 0 &&
+				    !(isnan(t) && isnan(st[TQ_BLOCK + j])));
+			}
 			memset(got, 0x5a, sizeof(got));
-			bad[d] |= kk[d].fn(acc, fh, &p, thr, got) != mw;
+			bad_dec[d] |= kk[d].keysd(acc, st, &p, thr, got) != mw;
 			for (unsigned j = 0; j < TQ_BLOCK; j++)
-				bad[d] |= memcmp(&got[j], &want[j], 4) != 0 &&
-				    !(isnan(got[j]) && isnan(want[j]));
+				bad_dec[d] |= memcmp(&got[j], &want[j], 4) !=
+				    0 && !(isnan(got[j]) && isnan(want[j]));
 			ran[d]++;
 		}
 	}
-	for (size_t d = 0; d < 2; d++) {
-		if (bad[d])
-			fprintf(stderr, "compact key kernel %s differs\n",
-			    kk[d].name);
+	for (size_t d = 0; d < 3; d++) {
+		if (bad[d] || bad_dec[d])
+			fprintf(stderr, "compact key kernel %s differs%s\n",
+			    kk[d].name, bad_dec[d] ? " (decoded)" : "");
 		CHECK(!bad[d]);
+		CHECK(!bad_dec[d]);
 		printf("compact key kernel %s: %u blocks against scalar\n",
 		    kk[d].name, ran[d]);
 	}
