@@ -475,51 +475,6 @@ tq_keys_avx2(const uint32_t *acc, const float *fs,
 }
 
 /*
- * The keys of tq_keysh_scalar, 8 rows per step: vcvtph2ps widens the f16
- * s and t exactly, and 2^E is made in the exponent field of a float from
- * the sign-extended, clamped E, so the products are those of the scalar
- * code.
- */
-uint32_t
-tq_keysh_avx2(const uint32_t *acc, const uint8_t *fh,
-    const struct tq_keypar *p, float thr, float *key)
-{
-	const __m256 scale = _mm256_set1_ps(p->scale);
-	const __m256 bias = _mm256_set1_ps(p->bias);
-	const __m256 qk = _mm256_set1_ps(p->qk);
-	const __m256 t = _mm256_set1_ps(thr);
-	const __m256i off = _mm256_set1_epi32((int)p->off);
-	const __m256i lo = _mm256_set1_epi32(-126), hi = _mm256_set1_epi32(127);
-	const __m256i bias127 = _mm256_set1_epi32(127);
-	uint32_t m = 0;
-
-	for (unsigned h = 0; h < TQ_BLOCK; h += 8) {
-		__m256i e = _mm256_cvtepi8_epi32(_mm_loadl_epi64(
-		    (const __m128i *)(const void *)(fh + 4 * TQ_BLOCK + h)));
-		__m256 p2, s, tt, d, k;
-
-		e = _mm256_min_epi32(_mm256_max_epi32(e, lo), hi);
-		p2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e,
-		    bias127), 23));
-		s = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(
-		    (const __m128i *)(const void *)(fh + 2 * h))), p2);
-		tt = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(
-		    (const __m128i *)(const void *)(fh + 2 * TQ_BLOCK +
-		    2 * h))), p2);
-		d = _mm256_add_ps(_mm256_mul_ps(scale, _mm256_cvtepi32_ps(
-		    _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)
-		    (const void *)(acc + h)), off))), bias);
-		if (p->l2)
-			d = _mm256_add_ps(d, d);
-		k = _mm256_add_ps(qk, _mm256_mul_ps(s, _mm256_add_ps(d, tt)));
-		_mm256_storeu_ps(key + h, k);
-		m |= (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(k, t,
-		    _CMP_GE_OQ)) << h;
-	}
-	return m;
-}
-
-/*
  * The dot form (internal.h, struct tq_lut): the int32 sums of q8 values
  * times the levels of each plane, for up to DOT_MAX queries per pass
  * over a block.  Each plane is decoded and multiplied as a 4-bit field
@@ -900,55 +855,90 @@ tq_scand_avx2(const uint8_t *blocks, size_t nblocks, size_t block_bytes,
 
 #undef DOT_CASE
 
-/* tq_fachdec_scalar, 8 rows per step: tq_keysh_avx2's decode. */
+/*
+ * s and t of rows h .. h + 7 of compact block fh (in registers):
+ * vcvtph2ps widens the f16 s and t exactly, and 2^E is made in the
+ * exponent field of a float from the sign-extended, clamped E, so the
+ * products are those of the scalar code.
+ */
+static inline void
+fachdec8(const uint8_t *fh, unsigned h, __m256 *s, __m256 *t)
+{
+	__m256i e = _mm256_cvtepi8_epi32(_mm_loadl_epi64(
+	    (const __m128i *)(const void *)(fh + 4 * TQ_BLOCK + h)));
+	__m256 p2;
+
+	e = _mm256_min_epi32(_mm256_max_epi32(e, _mm256_set1_epi32(-126)),
+	    _mm256_set1_epi32(127));
+	p2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e,
+	    _mm256_set1_epi32(127)), 23));
+	*s = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(
+	    (const __m128i *)(const void *)(fh + 2 * h))), p2);
+	*t = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(
+	    (const __m128i *)(const void *)(fh + 2 * TQ_BLOCK + 2 * h))), p2);
+}
+
+/*
+ * The keys of rows h .. h + 7 from their s and t (tq_keysd_scalar's
+ * operations) into key + h; returns the mask of keys >= thr.
+ */
+static inline uint32_t
+keys8(const uint32_t *acc, unsigned h, __m256 s, __m256 t,
+    const struct tq_keypar *p, float thr, float *key)
+{
+	__m256 d, k;
+
+	d = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(p->scale),
+	    _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_loadu_si256(
+	    (const __m256i *)(const void *)(acc + h)),
+	    _mm256_set1_epi32((int)p->off)))), _mm256_set1_ps(p->bias));
+	if (p->l2)
+		d = _mm256_add_ps(d, d);
+	k = _mm256_add_ps(_mm256_set1_ps(p->qk), _mm256_mul_ps(s,
+	    _mm256_add_ps(d, t)));
+	_mm256_storeu_ps(key + h, k);
+	return (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(k,
+	    _mm256_set1_ps(thr), _CMP_GE_OQ)) << h;
+}
+
+/* The keys of tq_keysh_scalar, 8 rows per step. */
+uint32_t
+tq_keysh_avx2(const uint32_t *acc, const uint8_t *fh,
+    const struct tq_keypar *p, float thr, float *key)
+{
+	uint32_t m = 0;
+
+	for (unsigned h = 0; h < TQ_BLOCK; h += 8) {
+		__m256 s, t;
+
+		fachdec8(fh, h, &s, &t);
+		m |= keys8(acc, h, s, t, p, thr, key);
+	}
+	return m;
+}
+
+/* tq_fachdec_scalar, 8 rows per step. */
 void
 tq_fachdec_avx2(const uint8_t *fh, float *st)
 {
-	const __m256i lo = _mm256_set1_epi32(-126), hi = _mm256_set1_epi32(127);
-	const __m256i bias127 = _mm256_set1_epi32(127);
-
 	for (unsigned h = 0; h < TQ_BLOCK; h += 8) {
-		__m256i e = _mm256_cvtepi8_epi32(_mm_loadl_epi64(
-		    (const __m128i *)(const void *)(fh + 4 * TQ_BLOCK + h)));
-		__m256 p2;
+		__m256 s, t;
 
-		e = _mm256_min_epi32(_mm256_max_epi32(e, lo), hi);
-		p2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e,
-		    bias127), 23));
-		_mm256_storeu_ps(st + h, _mm256_mul_ps(_mm256_cvtph_ps(
-		    _mm_loadu_si128((const __m128i *)(const void *)(fh +
-		    2 * h))), p2));
-		_mm256_storeu_ps(st + TQ_BLOCK + h, _mm256_mul_ps(
-		    _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)
-		    (const void *)(fh + 2 * TQ_BLOCK + 2 * h))), p2));
+		fachdec8(fh, h, &s, &t);
+		_mm256_storeu_ps(st + h, s);
+		_mm256_storeu_ps(st + TQ_BLOCK + h, t);
 	}
 }
 
-/* tq_keysh_avx2's keys from a decoded block. */
+/* tq_keysd_scalar, 8 rows per step. */
 uint32_t
 tq_keysd_avx2(const uint32_t *acc, const float *st,
     const struct tq_keypar *p, float thr, float *key)
 {
-	const __m256 scale = _mm256_set1_ps(p->scale);
-	const __m256 bias = _mm256_set1_ps(p->bias);
-	const __m256 qk = _mm256_set1_ps(p->qk);
-	const __m256 t = _mm256_set1_ps(thr);
-	const __m256i off = _mm256_set1_epi32((int)p->off);
 	uint32_t m = 0;
 
-	for (unsigned h = 0; h < TQ_BLOCK; h += 8) {
-		__m256 d, k;
-
-		d = _mm256_add_ps(_mm256_mul_ps(scale, _mm256_cvtepi32_ps(
-		    _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)
-		    (const void *)(acc + h)), off))), bias);
-		if (p->l2)
-			d = _mm256_add_ps(d, d);
-		k = _mm256_add_ps(qk, _mm256_mul_ps(_mm256_loadu_ps(st + h),
-		    _mm256_add_ps(d, _mm256_loadu_ps(st + TQ_BLOCK + h))));
-		_mm256_storeu_ps(key + h, k);
-		m |= (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(k, t,
-		    _CMP_GE_OQ)) << h;
-	}
+	for (unsigned h = 0; h < TQ_BLOCK; h += 8)
+		m |= keys8(acc, h, _mm256_loadu_ps(st + h),
+		    _mm256_loadu_ps(st + TQ_BLOCK + h), p, thr, key);
 	return m;
 }

@@ -719,45 +719,6 @@ tq_scand_avx512(const uint8_t *blocks, size_t nblocks, size_t block_bytes,
 	}
 }
 
-/* The keys of tq_keysh_scalar, 16 rows per step, as tq_keysh_avx2. */
-uint32_t
-tq_keysh_avx512(const uint32_t *acc, const uint8_t *fh,
-    const struct tq_keypar *p, float thr, float *key)
-{
-	const __m512 scale = _mm512_set1_ps(p->scale);
-	const __m512 bias = _mm512_set1_ps(p->bias);
-	const __m512 qk = _mm512_set1_ps(p->qk);
-	const __m512 t = _mm512_set1_ps(thr);
-	const __m512i off = _mm512_set1_epi32((int)p->off);
-	const __m512i lo = _mm512_set1_epi32(-126), hi = _mm512_set1_epi32(127);
-	const __m512i bias127 = _mm512_set1_epi32(127);
-	uint32_t m = 0;
-
-	for (unsigned h = 0; h < TQ_BLOCK; h += 16) {
-		__m512i e = _mm512_cvtepi8_epi32(_mm_loadu_si128(
-		    (const __m128i *)(const void *)(fh + 4 * TQ_BLOCK + h)));
-		__m512 p2, s, tt, d, k;
-
-		e = _mm512_min_epi32(_mm512_max_epi32(e, lo), hi);
-		p2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(e,
-		    bias127), 23));
-		s = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(
-		    (const __m256i *)(const void *)(fh + 2 * h))), p2);
-		tt = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(
-		    (const __m256i *)(const void *)(fh + 2 * TQ_BLOCK +
-		    2 * h))), p2);
-		d = _mm512_add_ps(_mm512_mul_ps(scale, _mm512_cvtepi32_ps(
-		    _mm512_add_epi32(_mm512_loadu_si512((const void *)(acc +
-		    h)), off))), bias);
-		if (p->l2)
-			d = _mm512_add_ps(d, d);
-		k = _mm512_add_ps(qk, _mm512_mul_ps(s, _mm512_add_ps(d, tt)));
-		_mm512_storeu_ps(key + h, k);
-		m |= (uint32_t)_mm512_cmp_ps_mask(k, t, _CMP_GE_OQ) << h;
-	}
-	return m;
-}
-
 /* The keys of tq_keys_scalar, 16 rows per step, the same operations. */
 uint32_t
 tq_keys_avx512(const uint32_t *acc, const float *fs,
@@ -795,54 +756,88 @@ tq_keys_avx512(const uint32_t *acc, const float *fs,
 	return m;
 }
 
-/* tq_fachdec_scalar, 16 rows per step: tq_keysh_avx512's decode. */
+/*
+ * s and t of rows h .. h + 15 of compact block fh, as tq_fachdec_avx2
+ * decodes them (in registers).
+ */
+static inline void
+fachdec16(const uint8_t *fh, unsigned h, __m512 *s, __m512 *t)
+{
+	__m512i e = _mm512_cvtepi8_epi32(_mm_loadu_si128(
+	    (const __m128i *)(const void *)(fh + 4 * TQ_BLOCK + h)));
+	__m512 p2;
+
+	e = _mm512_min_epi32(_mm512_max_epi32(e, _mm512_set1_epi32(-126)),
+	    _mm512_set1_epi32(127));
+	p2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(e,
+	    _mm512_set1_epi32(127)), 23));
+	*s = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(
+	    (const __m256i *)(const void *)(fh + 2 * h))), p2);
+	*t = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(
+	    (const __m256i *)(const void *)(fh + 2 * TQ_BLOCK + 2 * h))), p2);
+}
+
+/*
+ * The keys of rows h .. h + 15 from their s and t (tq_keysd_scalar's
+ * operations) into key + h; returns the mask of keys >= thr.
+ */
+static inline uint32_t
+keys16(const uint32_t *acc, unsigned h, __m512 s, __m512 t,
+    const struct tq_keypar *p, float thr, float *key)
+{
+	__m512 d, k;
+
+	d = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(p->scale),
+	    _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_loadu_si512(
+	    (const void *)(acc + h)), _mm512_set1_epi32((int)p->off)))),
+	    _mm512_set1_ps(p->bias));
+	if (p->l2)
+		d = _mm512_add_ps(d, d);
+	k = _mm512_add_ps(_mm512_set1_ps(p->qk), _mm512_mul_ps(s,
+	    _mm512_add_ps(d, t)));
+	_mm512_storeu_ps(key + h, k);
+	return (uint32_t)_mm512_cmp_ps_mask(k, _mm512_set1_ps(thr),
+	    _CMP_GE_OQ) << h;
+}
+
+/* The keys of tq_keysh_scalar, 16 rows per step. */
+uint32_t
+tq_keysh_avx512(const uint32_t *acc, const uint8_t *fh,
+    const struct tq_keypar *p, float thr, float *key)
+{
+	uint32_t m = 0;
+
+	for (unsigned h = 0; h < TQ_BLOCK; h += 16) {
+		__m512 s, t;
+
+		fachdec16(fh, h, &s, &t);
+		m |= keys16(acc, h, s, t, p, thr, key);
+	}
+	return m;
+}
+
+/* tq_fachdec_scalar, 16 rows per step. */
 void
 tq_fachdec_avx512(const uint8_t *fh, float *st)
 {
-	const __m512i lo = _mm512_set1_epi32(-126), hi = _mm512_set1_epi32(127);
-	const __m512i bias127 = _mm512_set1_epi32(127);
-
 	for (unsigned h = 0; h < TQ_BLOCK; h += 16) {
-		__m512i e = _mm512_cvtepi8_epi32(_mm_loadu_si128(
-		    (const __m128i *)(const void *)(fh + 4 * TQ_BLOCK + h)));
-		__m512 p2;
+		__m512 s, t;
 
-		e = _mm512_min_epi32(_mm512_max_epi32(e, lo), hi);
-		p2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(e,
-		    bias127), 23));
-		_mm512_storeu_ps(st + h, _mm512_mul_ps(_mm512_cvtph_ps(
-		    _mm256_loadu_si256((const __m256i *)(const void *)(fh +
-		    2 * h))), p2));
-		_mm512_storeu_ps(st + TQ_BLOCK + h, _mm512_mul_ps(
-		    _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)
-		    (const void *)(fh + 2 * TQ_BLOCK + 2 * h))), p2));
+		fachdec16(fh, h, &s, &t);
+		_mm512_storeu_ps(st + h, s);
+		_mm512_storeu_ps(st + TQ_BLOCK + h, t);
 	}
 }
 
-/* tq_keysh_avx512's keys from a decoded block. */
+/* tq_keysd_scalar, 16 rows per step. */
 uint32_t
 tq_keysd_avx512(const uint32_t *acc, const float *st,
     const struct tq_keypar *p, float thr, float *key)
 {
-	const __m512 scale = _mm512_set1_ps(p->scale);
-	const __m512 bias = _mm512_set1_ps(p->bias);
-	const __m512 qk = _mm512_set1_ps(p->qk);
-	const __m512 t = _mm512_set1_ps(thr);
-	const __m512i off = _mm512_set1_epi32((int)p->off);
 	uint32_t m = 0;
 
-	for (unsigned h = 0; h < TQ_BLOCK; h += 16) {
-		__m512 d, k;
-
-		d = _mm512_add_ps(_mm512_mul_ps(scale, _mm512_cvtepi32_ps(
-		    _mm512_add_epi32(_mm512_loadu_si512((const void *)(acc +
-		    h)), off))), bias);
-		if (p->l2)
-			d = _mm512_add_ps(d, d);
-		k = _mm512_add_ps(qk, _mm512_mul_ps(_mm512_loadu_ps(st + h),
-		    _mm512_add_ps(d, _mm512_loadu_ps(st + TQ_BLOCK + h))));
-		_mm512_storeu_ps(key + h, k);
-		m |= (uint32_t)_mm512_cmp_ps_mask(k, t, _CMP_GE_OQ) << h;
-	}
+	for (unsigned h = 0; h < TQ_BLOCK; h += 16)
+		m |= keys16(acc, h, _mm512_loadu_ps(st + h),
+		    _mm512_loadu_ps(st + TQ_BLOCK + h), p, thr, key);
 	return m;
 }
