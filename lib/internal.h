@@ -843,19 +843,19 @@ enum tq_status tq_fault_point(const char *where);
  * the dot sum is sum_c r7[c] * bit c; field f's table is
  * lut[f * 16 + v] = o_f + sum of r7 over the coordinates whose bit is
  * set in v, with o_f = sum over f's coordinates of max(0, -r7): every
- * entry lies in [0, 4 * 31] (TQ_LUT4_MAX), so two entries added fit a
- * u8 (the AVX-512 lookup kernel adds two fields' entries before it
- * widens them), and the lookup sum is the dot
- * sum plus dotoff = sum_f o_f.  The lookup sum is the one keys take: a
+ * entry lies in [0, 4 * 31], within TQ_LUT4_MAX, so two entries added
+ * fit a u8 (the AVX-512 lookup kernel adds the entries of fields f and
+ * f + 4 before it widens them), and the lookup sum is the dot sum plus
+ * dotoff = sum_f o_f.  The lookup sum is the one keys take: a
  * tile kernel's sums get dotoff added.  q8 (the dot form's row, planes 4)
  * follows the tables in the same buffer.  With sq = max |rq| / 31 and
  * sc = centroid[1] - centroid[0]: scale = sq * sc, bias = sq * centroid[0]
  * * sum_c r7[c] - scale * dotoff.  (The query's precision: 6 bits a
  * coordinate, where the older u8 tables rounded each field's float sum
  * to a common step of 1/255 of the widest field; both are far below the
- * error of 1-bit codes.  7 bits, as before this version, moved
- * recall@10 by at most 0.001 on three real sets, with and without
- * re-rank.)
+ * error of 1-bit codes: going from 7 bits to 6 moved recall@10 by at
+ * most 0.001 on three real sets, with and without re-rank.  The name
+ * r7 is older than the 6 bits.)
  *
  * err bounds |scale * sum + bias - <R q, yhat>| from the rounding alone,
  * for any codes.
