@@ -366,6 +366,7 @@ struct tq_ivf {
 	void *bfc;
 	uint32_t bfnl;
 	double *bfe;			/* per list: |c - bf16(c)|, |c| */
+	double bfemax[2];		/* the largest of each */
 	int bfmade;
 };
 

@@ -51,12 +51,14 @@ bf16_release(struct tq_ivf *v)
 	v->bfc = NULL;
 	v->bfe = NULL;
 	v->bfnl = 0;
+	v->bfemax[0] = v->bfemax[1] = 0.0;
 	v->bfmade = 0;
 }
 
 /*
  * The centroids in the bf16 filter's blocks (see near_bf16.c), and per
- * list the norms its bound needs (bf16_bound).
+ * list the norms its bound needs (bf16_bound), with their largest values
+ * (bf16_candidates' emax).
  */
 static void
 bf16_pack(struct tq_ivf *v, uint32_t dim)
@@ -87,6 +89,9 @@ bf16_pack(struct tq_ivf *v, uint32_t dim)
 		/* |c| from |bf16(c)| and the residual, rounded up. */
 		v->bfe[2 * o] = dn;
 		v->bfe[2 * o + 1] = (cn + dn) * (1.0 + 0x1p-40);
+		for (int t = 0; t < 2; t++)
+			if (v->bfe[2 * o + t] > v->bfemax[t])
+				v->bfemax[t] = v->bfe[2 * o + t];
 		tq_bf16_place(w, k2, o, row);
 	}
 	free(row);
@@ -379,31 +384,26 @@ nearest_rows(const struct tq_ivf *v, uint32_t dim, const float *x,
 		rb = n;
 	rb6 = (rb + TQ_BF16_ROWS - 1) / TQ_BF16_ROWS * TQ_BF16_ROWS;
 	float *s = NULL;
-	double *nxs = NULL;
+	/* Per row: |x|; bf16 filter: |bf16(x)|, |x - bf16(x)|. */
+	double *nx = NULL, *rn, *dn;
 	struct tq_topk h;
 	double u = 0x1p-24, gamma = (double)dim * u / (1.0 - (double)dim * u);
-	double dmax = 0.0, cmx = 0.0;
 	enum tq_status st = TQ_OK;
 
 	if (n == 0)
 		return TQ_OK;
 	if (p > nl)
 		p = nl;
-	/* The largest of each term of E_o (bf16_candidates' emax). */
-	for (uint32_t o = 0; bfk != NULL && o < nl; o++) {
-		if (v->bfe[2 * o] > dmax)
-			dmax = v->bfe[2 * o];
-		if (v->bfe[2 * o + 1] > cmx)
-			cmx = v->bfe[2 * o + 1];
-	}
 	memset(&h, 0, sizeof(h));
 	s = tq_mallocarray(bfk != NULL ? rb6 : rb, (size_t)(bfk != NULL ?
 	    v->bfnl : nl) * sizeof(float));
-	nxs = tq_mallocarray(rb, 3 * sizeof(*nxs));
+	nx = tq_mallocarray(rb, 3 * sizeof(*nx));
+	rn = nx + rb;
+	dn = nx + 2 * rb;
 	cand = tq_mallocarray(nl, sizeof(*cand));
 	if (bfk != NULL)
 		xb = tq_mallocarray(rb6, (size_t)k2 * sizeof(*xb));
-	if (s == NULL || nxs == NULL || cand == NULL || (bfk != NULL &&
+	if (s == NULL || nx == NULL || cand == NULL || (bfk != NULL &&
 	    xb == NULL) || tq_topk_init(&h, p) != TQ_OK) {
 		st = tq_fail(TQ_ERR_NOMEM, "lists: out of memory");
 		goto done;
@@ -413,18 +413,17 @@ nearest_rows(const struct tq_ivf *v, uint32_t dim, const float *x,
 		/* A few rows (one query) are cheaper in the fixed order. */
 		int exact = m < NEAR_BLAS_MIN, bf = bfk != NULL && !exact;
 
-		row_norms(x + r0 * dim, m, dim, nxs);
+		row_norms(x + r0 * dim, m, dim, nx);
 		for (size_t i = 0; i < m; i++)
 			/* Also false for NaN: such rows go to sgemm. */
-			bf = bf && nxs[i] < TQ_BF16_MAX_NORM;
+			bf = bf && nx[i] < TQ_BF16_MAX_NORM;
 		if (exact) {
 			tq_dot_rows(x + r0 * dim, dim, m, v->cent, nl, dim, s, nl);
 		} else if (bf) {
 			for (size_t i = 0; i < rb6; i++)
 				if (i < m)
 					bfk->row(x + (r0 + i) * dim, dim,
-					    xb + i * k2, &nxs[rb + i],
-					    &nxs[2 * rb + i]);
+					    xb + i * k2, &rn[i], &dn[i]);
 				else
 					memset(xb + i * k2, 0, k2 * sizeof(*xb));
 			bfk->gemm(xb, rb6, v->bfc, v->bfnl, k2, s, v->bfnl);
@@ -436,33 +435,12 @@ nearest_rows(const struct tq_ivf *v, uint32_t dim, const float *x,
 		}
 		for (size_t i = 0; i < m; i++) {
 			const float *xi = x + (r0 + i) * dim, *si = s + i * ls;
-			uint32_t *out = lists + (r0 + i) * p, nc = 0, o, t;
-			double nx = nxs[i], e;
+			uint32_t *out = lists + (r0 + i) * p, nc, o, t;
+			double e;
 			float inv = 1.0f, thr;
 
 			if (normalise)
-				inv = nx > 0.0 ? (float)(1.0 / nx) : 0.0f;
-			/*
-			 * |sgemm - fixed order| <= 2 gamma |x| |c| for any
-			 * summation order; the score doubles it for l2, and
-			 * the few float operations after the dot add a few
-			 * ulps of the largest magnitude involved.
-			 */
-			e = 2.0 * gamma * nx * (double)inv * v->cmax;
-			e = (ip ? e : 2.0 * e) + 8.0 * u * (2.0 * nx *
-			    (double)inv * v->cmax + v->n2max);
-			e = exact ? 0.0 : 2.0 * e;
-			if (bf) {
-				struct bfbound bb;
-
-				bf16_bound(v, dim, nx, nxs[rb + i],
-				    nxs[2 * rb + i], inv, ip, &bb);
-				nc = bf16_candidates(v, si, inv, ip, &bb,
-				    (bb.ka * dmax + bb.kb * cmx + bb.kc) *
-				    (1.0 + 0x1p-30), cand);
-				goto recheck;
-			}
-
+				inv = nx[i] > 0.0 ? (float)(1.0 / nx[i]) : 0.0f;
 			if (exact) {
 				/*
 				 * The scores are already the fixed-order ones
@@ -477,34 +455,46 @@ nearest_rows(const struct tq_ivf *v, uint32_t dim, const float *x,
 					    inv, ip), o);
 				goto ranked;
 			}
-			if (p == 1) {
-				/* The heap's root for one list, as a scan. */
-				float best = -INFINITY;
+			if (bf) {
+				struct bfbound bb;
 
-				for (o = 0; o < nl; o++) {
-					float sc = list_score(v, o, si[o], inv,
-					    ip);
-
-					if (sc > best)
-						best = sc;
-				}
-				thr = (float)((double)best - 2.0 * e);
+				bf16_bound(v, dim, nx[i], rn[i], dn[i], inv,
+				    ip, &bb);
+				nc = bf16_candidates(v, si, inv, ip, &bb,
+				    (bb.ka * v->bfemax[0] + bb.kb *
+				    v->bfemax[1] + bb.kc) * (1.0 + 0x1p-30),
+				    cand);
 			} else {
-				tq_topk_reset(&h);
-				for (o = 0; o < nl; o++)
-					tq_topk_push(&h, list_score(v, o, si[o],
-					    inv, ip), o);
-				thr = (float)((double)h.key[0] - 2.0 * e);
+				/*
+				 * |sgemm - fixed order| <= 2 gamma |x| |c| for
+				 * any summation order; the score doubles it
+				 * for l2, and the few float operations after
+				 * the dot add a few ulps of the largest
+				 * magnitude involved.
+				 */
+				e = 2.0 * gamma * nx[i] * (double)inv * v->cmax;
+				e = 2.0 * ((ip ? e : 2.0 * e) + 8.0 * u * (2.0 *
+				    nx[i] * (double)inv * v->cmax + v->n2max));
+				if (p == 1) {
+					/* The heap's root for one list. */
+					thr = (float)((double)best_score(v, si,
+					    inv, ip) - 2.0 * e);
+				} else {
+					tq_topk_reset(&h);
+					for (o = 0; o < nl; o++)
+						tq_topk_push(&h, list_score(v,
+						    o, si[o], inv, ip), o);
+					thr = (float)((double)h.key[0] - 2.0 *
+					    e);
+				}
+				/*
+				 * "Not below", so that NaN scores (from
+				 * centroids so large their products overflow)
+				 * stay candidates: at least p lists come out.
+				 */
+				nc = scores_not_below(v, si, inv, ip, thr,
+				    cand);
 			}
-			/*
-			 * Written as "not below" so that NaN scores (from
-			 * centroids so large their products overflow) stay
-			 * candidates: at least p lists always come out.
-			 */
-			for (o = 0; o < nl; o++)
-				if (!(list_score(v, o, si[o], inv, ip) < thr))
-					cand[nc++] = o;
-recheck:
 			tq_topk_reset(&h);
 			for (t = 0; t < nc; t++) {
 				float dot;
@@ -527,7 +517,7 @@ ranked:
 done:
 	tq_topk_free(&h);
 	free(s);
-	free(nxs);
+	free(nx);
 	free(xb);
 	free(cand);
 	return st;

@@ -1157,6 +1157,31 @@ ref_bf16(float f)
 	return (uint16_t)(u >> 16);
 }
 
+/* m rows of dim, rounded by ref_bf16, ORed into xb (k2 words a row). */
+static void
+ref_bf16_rows(const float *x, uint32_t m, uint32_t dim, uint32_t *xb)
+{
+	uint32_t k2 = (dim + 1) / 2;
+
+	for (uint32_t i = 0; i < m; i++)
+		for (uint32_t d = 0; d < dim; d++)
+			xb[i * k2 + d / 2] |= (uint32_t)ref_bf16(x[i * dim +
+			    d]) << (16 * (d % 2));
+}
+
+/* nl centroids of dim into gemm's blocks of 16 lists at cb (zeroed). */
+static void
+ref_bf16_blocks(const float *c, uint32_t nl, uint32_t dim, uint32_t *cb)
+{
+	uint32_t k2 = (dim + 1) / 2;
+
+	memset(cb, 0, (size_t)nl * k2 * 4);
+	for (uint32_t o = 0; o < nl; o++)
+		for (uint32_t d = 0; d < dim; d++)
+			cb[(o / 16) * k2 * 16 + (d / 2) * 16 + o % 16] |=
+			    (uint32_t)ref_bf16(c[o * dim + d]) << (16 * (d % 2));
+}
+
 /* The row kernel rounds as ref_bf16, pairs in words, with the norms. */
 static void
 bf16_row_case(const struct tq_bf16_kernel *g, const float *x, uint32_t dim)
@@ -1221,15 +1246,8 @@ test_bf16_filter(void)
 		bf16_row_case(g, sp, 13);
 	}
 	CHECK(posix_memalign((void **)&cb, 64, (size_t)nl * k2 * 4) == 0);
-	memset(cb, 0, (size_t)nl * k2 * 4);
-	for (uint32_t i = 0; i < m; i++)
-		for (uint32_t d = 0; d < dim; d++)
-			xb[i * k2 + d / 2] |= (uint32_t)ref_bf16(x[i * dim + d])
-			    << (16 * (d % 2));
-	for (uint32_t o = 0; o < nl; o++)
-		for (uint32_t d = 0; d < dim; d++)
-			cb[(o / 16) * k2 * 16 + (d / 2) * 16 + o % 16] |=
-			    (uint32_t)ref_bf16(c[o * dim + d]) << (16 * (d % 2));
+	ref_bf16_rows(x, m, dim, xb);
+	ref_bf16_blocks(c, nl, dim, cb);
 	g->gemm(xb, m, cb, nl, k2, s, nl);
 	for (uint32_t i = 0; i < m; i++)
 		for (uint32_t o = 0; o < nl; o++) {
@@ -1299,22 +1317,12 @@ test_bf16_gemm_sizes(void)
 
 				CHECK(posix_memalign((void **)&cb, 64,
 				    (size_t)nl * k2 * 4) == 0);
-				memset(cb, 0, (size_t)nl * k2 * 4);
 				for (size_t i = 0; i < (size_t)m * dim; i++)
 					x[i] = gauss();
 				for (size_t i = 0; i < (size_t)nl * dim; i++)
 					c[i] = gauss();
-				for (uint32_t i = 0; i < m; i++)
-					for (uint32_t d = 0; d < dim; d++)
-						xb[i * k2 + d / 2] |= (uint32_t)
-						    ref_bf16(x[i * dim + d]) <<
-						    (16 * (d % 2));
-				for (uint32_t o = 0; o < nl; o++)
-					for (uint32_t d = 0; d < dim; d++)
-						cb[(o / 16) * k2 * 16 + (d / 2) *
-						    16 + o % 16] |= (uint32_t)
-						    ref_bf16(c[o * dim + d]) <<
-						    (16 * (d % 2));
+				ref_bf16_rows(x, m, dim, xb);
+				ref_bf16_blocks(c, nl, dim, cb);
 				for (int t = 0; t < 16; t++)
 					s[(size_t)m * nl + t] = 12345.0f;
 				g->gemm(xb, m, cb, nl, k2, s, nl);
@@ -1385,7 +1393,7 @@ test_kmeans(void)
 	CHECK_OK(tq_kmeans(x, n, dim, k, 20, 1, c2));
 	CHECK(memcmp(c1, c2, sizeof(c1)) == 0);
 	{
-		struct tq_ivf v = { k, c1, NULL, 0, 0, NULL, 0, NULL, 0 };
+		struct tq_ivf v = { .nlist = k, .cent = c1 };
 
 		CHECK_OK(tq_ivf_prepare(&v, dim));
 		CHECK_OK(tq_ivf_nearest(&v, dim, x, n, 0, 0, 1, lab, NULL, 0));
