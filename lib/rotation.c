@@ -1017,7 +1017,6 @@ static int
 narrow_rows(const float *const *round, int nr, uint32_t nb, uint32_t d,
     float *y, size_t n, tq_rowa_rows_fn rows)
 {
-	uint32_t big = d % nb, s1 = d / nb + 1;
 	float *tmp = tq_mallocarray((size_t)NARROW_GROUP * d, sizeof(float));
 
 	if (tmp == NULL)
@@ -1034,9 +1033,8 @@ narrow_rows(const float *const *round, int nr, uint32_t nb, uint32_t d,
 				for (uint32_t i = 0; i < d; i++)
 					tmp[t * d + i] = v[t * d +
 					    (uint32_t)perm[i]];
-			/* The runs of struct_size: big blocks of s1, then s1 - 1. */
 			for (uint32_t b = 0; b < nb; b++) {
-				uint32_t s = b < big ? s1 : s1 - 1;
+				uint32_t s = struct_size(d, nb, b);
 
 				rows(tmp + off, d, m, g, s, v + off, d);
 				m += (size_t)s * s;

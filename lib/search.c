@@ -894,7 +894,9 @@ scan_range_multi(struct worker *w, const struct tq_lut *t, size_t i,
 	const struct tq_index *ix = c->ix;
 	const uint8_t *luts[QTILE];
 	const size_t stride = MULTI_BLOCKS * TQ_BLOCK;
-	float st[MULTI_BLOCKS * 2 * TQ_BLOCK];
+	/* Compact factors, decoded once for all the queries (or NULL). */
+	float decbuf[MULTI_BLOCKS * 2 * TQ_BLOCK];
+	float *dec = sg->p->fach != NULL ? decbuf : NULL;
 	uint64_t b;
 	size_t nb, j;
 
@@ -928,19 +930,19 @@ scan_range_multi(struct worker *w, const struct tq_lut *t, size_t i,
 			    ix->block_bytes, c->q->nfields, luts, (unsigned)m,
 			    w->acc, stride);
 		}
-		/* Compact factors: decoded once for all the queries. */
-		if (sg->p->fach != NULL)
+		if (dec != NULL)
 			for (size_t bi = 0; bi < nb; bi++)
 				c->kern->fachdec(sg->p->fach + (b + bi -
 				    sg->p->block0) * TQ_FACH_BLOCK,
-				    st + bi * 2 * TQ_BLOCK);
+				    dec + bi * 2 * TQ_BLOCK);
 		for (j = 0; j < m; j++)
 			for (size_t bi = 0; bi < nb; bi++)
 				w->st.rows_scanned += block_push(c, &t[j],
 				    i + j, b + bi, w->acc + j * stride +
 				    bi * TQ_BLOCK, tile1 ? t[j].dotoff : 0,
-				    sg->p->fach != NULL ? st + bi * 2 *
-				    TQ_BLOCK : NULL, sg, &h[j]);
+				    dec != NULL ? dec + bi * 2 * TQ_BLOCK :
+				    NULL,
+				    sg, &h[j]);
 	}
 }
 

@@ -10,9 +10,10 @@
  * lanes.  Whatever the filter's precision, the lists chosen are those of
  * the fixed-order products: a wider bound only leaves more to re-check.
  *
- * Layout (tq_bf16_pack_* in ivf.c): a row is dim / 2 pairs of bf16, one
- * 32-bit word a pair; the centroids come in blocks of 16 lists, each block
- * k2 vectors of 16 words: word j of vector k holds the pair k of list j.
+ * Layout (tq_bf16_row_avx512 here, tq_bf16_place in ivf.c): a row is
+ * k2 = ceil(dim / 2) pairs of bf16, one 32-bit word a pair; the
+ * centroids come in blocks of 16 lists, each block k2 vectors of 16
+ * words: word j of vector k holds the pair k of list j.
  * One vdpbf16ps of a broadcast pair of a row and vector k of a block adds
  * that pair's products to the block's 16 scores.
  *
