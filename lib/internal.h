@@ -813,17 +813,18 @@ enum tq_status tq_fault_point(const char *where);
  * Per-query tables, in one of two forms, and the affine map back to the
  * float inner product <R q, yhat> ~= scale * sum + bias.
  *
- * Lookup form (1 and 3 bits: fields of 4 and 2 coordinates): for each
- * field f, `entries` (16 or 64) u8 values lut[f * entries + v]; the sum
- * adds one entry per field.
+ * Lookup form (3 bits: fields of 2 coordinates of 3 bits): for each
+ * field f, `entries` (64) u8 values lut[f * entries + v]; the sum adds
+ * one entry per field.
  *
- * Dot form (`dot`: 4-bit fields of 1 or 2 coordinates of 4 or 2 bits;
- * the kernels also take 4 coordinates of 1 bit): the query as int8,
- * r8[c] = round(rq[c] * (127 / max |rq|)), ties to even (0 past dim),
- * and the quantizer's levels as 7-bit integers, c7[v] = round((centroid[v]
- * - centroid[0]) / sc) with sc = (centroid[last] - centroid[0]) / 127.
+ * Dot form (`dot`: 4 bits, 4-bit fields of 1 coordinate; the kernels
+ * also take 2 and 4 coordinates of 2 and 1 bits): the query as int8,
+ * r8[c] = round(rq[c] * (qmax / max |rq|)), ties to even (0 past dim),
+ * and the quantizer's levels as integers in [0, lmax],
+ * c7[v] = round((centroid[v] - centroid[0]) / sc) with
+ * sc = (centroid[last] - centroid[0]) / lmax; qmax = lmax = 127.
  * The sum is the exact int32 dot
- * product sum_c r8[c] * c7[code c], so with sq = max |rq| / 127, scale =
+ * product sum_c r8[c] * c7[code c], so with sq = max |rq| / qmax, scale =
  * sq * sc and bias = sq * centroid[0] * sum_c r8[c].  Products of int8
  * and u8 are what VNNI and AMX multiply natively.
  *
@@ -836,69 +837,70 @@ enum tq_status tq_fault_point(const char *where);
  * A row has P * TQ_DOT_PAD-rounded nfields values, zero past the last
  * coordinate.
  *
- * The 1-bit form (4 coordinates of 1 bit per field) is both at once:
- * exact lookup tables, built from the query as 6-bit integers
- * r7[c] = round(rq[c] * (31 / max |rq|)), ties to even, so that the dot
- * form's tile kernel (AMX) can take batches and the lookup kernels single
- * queries, with the same sums.  Levels are c1[0] = 0 and c1[1] = 1, so
- * the dot sum is sum_c r7[c] * bit c; field f's table is
- * lut[f * 16 + v] = o_f + sum of r7 over the coordinates whose bit is
- * set in v, with o_f = sum over f's coordinates of max(0, -r7): every
- * entry lies in [0, 4 * 31], within TQ_LUT4_MAX, so two entries added
- * fit a u8 (the AVX-512 lookup kernel adds the entries of fields f and
- * f + 4 before it widens them), and the lookup sum is the dot sum plus
- * dotoff = sum_f o_f.  The lookup sum is the one keys take: a
- * tile kernel's sums get dotoff added.  q8 (the dot form's row, planes 4)
- * follows the tables in the same buffer.  With sq = max |rq| / 31 and
- * sc = centroid[1] - centroid[0]: scale = sq * sc, bias = sq * centroid[0]
- * * sum_c r7[c] - scale * dotoff.  (The query's precision: 6 bits a
- * coordinate, where the older u8 tables rounded each field's float sum
- * to a common step of 1/255 of the widest field; both are far below the
- * error of 1-bit codes: going from 7 bits to 6 moved recall@10 by at
- * most 0.001 on three real sets, with and without re-rank.  The name
- * r7 is older than the 6 bits.)
+ * The small form (1 and 2 bits: 4-bit fields of P = 4 coordinates of 1
+ * bit or P = 2 of 2 bits) is both at once: the dot form with small
+ * integers, lmax = last (the levels on a uniform grid: 0 and 1, or 0 to
+ * 3) and qmax = TQ_LUT4_MAX / (P * lmax) (31 at 1 bit, 21 at 2), and
+ * exact lookup tables made from them, so that the dot form's tile kernel
+ * (AMX) can take batches and the lookup kernels single queries (and
+ * batches elsewhere), with the same sums.  Field f's table is
+ * lut[f * 16 + v] = o_f + sum over f's coordinates t of r8[t] *
+ * lev[t * 16 + v], with o_f = lmax * sum over f's coordinates of
+ * max(0, -r8): every entry lies in [0, P * qmax * lmax], within
+ * TQ_LUT4_MAX, so two entries added fit a u8 (the AVX-512 lookup kernel
+ * adds the entries of fields f and f + 4 before it widens them), and the
+ * lookup sum is the dot sum plus dotoff = sum_f o_f.  The lookup sum is
+ * the one keys take: a tile kernel's sums get dotoff added.  q8 (the dot
+ * form's row) follows the tables in the same buffer; scale = sq * sc,
+ * bias = sq * centroid[0] * sum_c r8[c] - scale * dotoff.  (The
+ * query's precision: about 6 and 5.4 bits a coordinate, and at 2 bits
+ * the levels (0, 1.05, 1.95, 3) of the Lloyd-Max codebook become 0 to 3.
+ * The top candidates are refined with float tables, so recall without
+ * re-rank does not move; see tq(5) for what the roundings cost a re-rank.
+ * The name r7 in older notes is r8 here.)
  *
  * err bounds |scale * sum + bias - <R q, yhat>| from the rounding alone,
  * for any codes.
  */
-/* The largest entry of a table of 4-bit fields (the 1-bit form). */
+/* The largest entry of a table of 4-bit fields (the small form). */
 #define TQ_LUT4_MAX 127u
 
 struct tq_lut {
 	uint8_t *lut;		/* lookup: nfields * entries; dot: q8 */
 	unsigned entries;	/* lookup form: 16 or 64 */
 	int dot;		/* the dot form */
-	unsigned planes;	/* dot form, 1-bit form: coordinates per field */
+	unsigned planes;	/* dot form, small form: coordinates per field */
 	float scale;
 	float bias;
 	float err;
-	uint8_t lev[4 * 16];	/* dot form, 1-bit form: the levels, per plane */
-	const int8_t *q8;	/* 1-bit form: the dot form's row, else NULL */
-	uint32_t dotoff;	/* 1-bit form: lookup sum - dot sum */
+	uint8_t lev[4 * 16];	/* dot form, small form: the levels, per plane */
+	const int8_t *q8;	/* small form: the dot form's row, else NULL */
+	uint32_t dotoff;	/* small form: lookup sum - dot sum */
 };
 
 /* The dot form's q8 has this many fields' values per plane, or more. */
 #define TQ_DOT_PAD 64u
 /*
- * Does quantizer q score through the dot form?  Not at 1 bit: four planes
- * cost a 512-bit kernel four times the lookup form's time for one query
- * (bench-kernels, "1-bit dot"), so 1 bit takes the 1-bit form, whose
- * lookup tables and dot row give the same sums.
+ * Does quantizer q score through the dot form?  Only at 4 bits.  At 1
+ * bit four planes cost a 512-bit kernel four times the lookup form's time
+ * for one query (bench-kernels, "1-bit dot"), and at 2 bits two planes
+ * cost 1.7 times (hot, "2-bit dot" against "2-bit"), so 1 and 2 bits take
+ * the small form, whose lookup tables and dot row give the same sums.
  */
-#define TQ_DOT_FORM(q) ((q)->field_bits == 4 && (q)->coords_per_field <= 2)
-/* Does q score through the 1-bit form? */
-#define TQ_BIT1_FORM(q) ((q)->field_bits == 4 && (q)->coords_per_field == 4)
-/* Bytes of one query's q8 (dot form, and the 1-bit form's row). */
+#define TQ_DOT_FORM(q) ((q)->field_bits == 4 && (q)->coords_per_field == 1)
+/* Does q score through the small form? */
+#define TQ_SMALL_FORM(q) ((q)->field_bits == 4 && (q)->coords_per_field >= 2)
+/* Bytes of one query's q8 (dot form, and the small form's row). */
 #define TQ_DOT_BYTES(q) (((size_t)(q)->nfields + TQ_DOT_PAD - 1) / \
 	TQ_DOT_PAD * TQ_DOT_PAD * (q)->coords_per_field)
 /*
  * Bytes tq_lut_build writes at t->lut: q8 (dot form); the tables and,
- * 1-bit form, q8 after them (at a multiple of 64 bytes: nfields is a
+ * small form, q8 after them (at a multiple of 64 bytes: nfields is a
  * multiple of 4); or the tables alone.
  */
 #define TQ_LUT_BYTES(q) (TQ_DOT_FORM(q) ? TQ_DOT_BYTES(q) : \
 	((size_t)(q)->nfields << (q)->field_bits) + \
-	(TQ_BIT1_FORM(q) ? TQ_DOT_BYTES(q) : 0))
+	(TQ_SMALL_FORM(q) ? TQ_DOT_BYTES(q) : 0))
 
 /* Builds quantized tables from a rotated query (dim floats). */
 void tq_lut_build(const struct tq_quantizer *q, const float *rq,
@@ -985,7 +987,7 @@ void tq_scan4x_avx512(const uint8_t *blocks, size_t nblocks,
 /*
  * The estimated keys of a block's 32 rows from the kernel's sums acc and
  * the block's factors fs (TQ_NFACTORS rows of 32), higher better, with
- * a = acc + off (the 1-bit form's dotoff after its tile kernel, else 0):
+ * a = acc + off (the small form's dotoff after its tile kernel, else 0):
  *   ip = fs0 * (scale * a + bias) + fs1 + qc
  *   key = ip, or for l2 -((qn2 - 2 ip) + fs2),
  * each operation rounded to float in that order (no fused multiply-add),

@@ -10,6 +10,7 @@ setup_file() {
 	mkfix "$F/q.bin" 24 37 42 --clusters 10
 	"$TQ_BIN/tq-build" -o "$F/flat.tqi" "$F/c.bin"
 	"$TQ_BIN/tq-build" -o "$F/f16.tqi" --originals f16 "$F/c.bin"
+	"$TQ_BIN/tq-build" -b 2 -o "$F/flat2.tqi" "$F/c.bin"
 	"$TQ_BIN/tq-fit" -i "$F/c.bin" --lists 8 -o "$F/ivf.tqq"
 	"$TQ_BIN/tq-build" -q "$F/ivf.tqq" -o "$F/ivf.tqi" "$F/c.bin"
 }
@@ -51,6 +52,14 @@ counts() {
 		assert_status 0
 		assert_equal "$(field originals_read)" $((37 * ${o#*:}))
 	done
+	# 1 and 2 bits: twice the candidates, all refined, the best k*f of
+	# them by the refined estimate re-ranked.
+	run --separate-stderr "$TQ_BIN/tq-search" --stats -k 10 --oversample 3 -i "$F/q.bin" "$F/flat2.tqi"
+	assert_status 0
+	assert_equal "$(field candidates)" $((37 * 60))
+	assert_equal "$(field refined)" $((37 * 60))
+	assert_equal "$(field reranked)" $((37 * 30))
+	assert_equal "$(field originals_read)" $((37 * 30))
 	# f16 originals: half the bytes.
 	run --separate-stderr "$TQ_BIN/tq-search" --stats -k 10 --oversample 3 -i "$F/q.bin" "$F/f16.tqi"
 	assert_equal "$(field originals_bytes)" $((37 * 30 * 24 * 2))
@@ -73,6 +82,18 @@ counts() {
 			run --separate-stderr env TQ_ISA=$k "$TQ_BIN/tq-search" --stats $args --oversample 2.5 -i "$F/q.bin" "$F/ivf.tqi"
 			assert_status 0
 			assert_equal "$(counts)" "$ref"
+		done
+	done
+	# 2 bits, whose re-rank picks its candidates by the refined estimate:
+	# the same counts and the same results.
+	run --separate-stderr "$TQ_BIN/tq-search" --stats --threads 1 --oversample 2.5 -i "$F/q.bin" "$F/flat2.tqi"
+	local ref2=$(counts) out=$output
+	for args in "--threads 2" "--threads 3 --batch 1" "--threads 2 --batch 5"; do
+		for k in scalar avx2 avx512; do
+			run --separate-stderr env TQ_ISA=$k "$TQ_BIN/tq-search" --stats $args --oversample 2.5 -i "$F/q.bin" "$F/flat2.tqi"
+			assert_status 0
+			assert_equal "$(counts)" "$ref2"
+			assert_equal "$output" "$out"
 		done
 	done
 	# --stats=batch: one line a batch, numbered, that add up to the run.

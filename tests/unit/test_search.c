@@ -381,61 +381,69 @@ ref_dot(const struct tq_quantizer *q, const float *rq, int8_t *q8,
 }
 
 /*
- * The 1-bit form as specified (internal.h, struct tq_lut), the slow way:
+ * The small form as specified (internal.h, struct tq_lut), the slow way:
  * lrintf for the roundings, q8 put straight where the kernels' order
- * says, every table entry summed from its bits.  buf gets the tables and
- * q8 after them.
+ * says, every table entry summed from its coordinates' levels.  buf gets
+ * the tables and q8 after them.
  */
 static void
-ref_bit1(const struct tq_quantizer *q, const float *rq, uint8_t *buf,
+ref_small(const struct tq_quantizer *q, const float *rq, uint8_t *buf,
     uint8_t lev[64], float *scale, float *bias, uint32_t *dotoff)
 {
 	const float *c = q->centroids;
+	const unsigned np = q->coords_per_field, last = q->nlevels - 1;
+	const long lmax = (long)last, qmax = 127 / (long)(np * last);
 	int8_t *q8 = (int8_t *)(void *)(buf + (size_t)q->nfields * 16);
 	float m = 0, sq, sc;
 	long qsum = 0, off = 0;
+	uint8_t c7[4];
 	uint32_t f, d;
 	unsigned t, v;
 
 	for (d = 0; d < q->dim; d++)
 		if (fabsf(rq[d]) > m)
 			m = fabsf(rq[d]);
-	sq = m > 0 ? m / 31.0f : 1.0f;
+	sq = m > 0 ? m / (float)qmax : 1.0f;
+	sc = (c[last] - c[0]) / (float)lmax;
+	for (v = 0; v <= last; v++) {
+		long r = lrintf((c[v] - c[0]) / sc);
+
+		c7[v] = (uint8_t)(r < 0 ? 0 : r > lmax ? lmax : r);
+	}
 	memset(q8, 0, TQ_DOT_BYTES(q));
 	for (f = 0; f < q->nfields; f++) {
 		long r[4], o = 0;
 
-		for (t = 0; t < 4; t++) {
-			uint64_t coord = (uint64_t)f * 4 + t;
+		for (t = 0; t < np; t++) {
+			uint64_t coord = (uint64_t)f * np + t;
 
 			r[t] = coord < q->dim ? lrintf(rq[coord] * (m > 0 ?
-			    31.0f / m : 1.0f)) : 0;
-			r[t] = r[t] < -31 ? -31 : r[t] > 31 ? 31 : r[t];
-			q8[(f - f % 4) * 4 + 4 * t + f % 4] = (int8_t)r[t];
+			    (float)qmax / m : 1.0f)) : 0;
+			r[t] = r[t] < -qmax ? -qmax : r[t] > qmax ? qmax :
+			    r[t];
+			q8[(f - f % 4) * np + 4 * t + f % 4] = (int8_t)r[t];
 			qsum += r[t];
-			o += r[t] < 0 ? -r[t] : 0;
+			o += r[t] < 0 ? -r[t] * lmax : 0;
 		}
 		for (v = 0; v < 16; v++) {
 			long e = o;
 
-			for (t = 0; t < 4; t++)
-				if (v >> t & 1)
-					e += r[t];
+			for (t = 0; t < np; t++)
+				e += r[t] * c7[(v >> (t * q->bits)) & last];
 			buf[(size_t)f * 16 + v] = (uint8_t)e;
 		}
 		off += o;
 	}
-	sc = c[1] - c[0];
-	for (t = 0; t < 4; t++)
+	for (t = 0; t < np; t++)
 		for (v = 0; v < 16; v++)
-			lev[16 * t + v] = (uint8_t)(v >> t & 1);
+			lev[16 * t + v] = c7[(v >> (t * q->bits)) & last];
 	*scale = sq * sc;
 	*bias = (float)((double)sq * c[0] * (double)qsum - (double)*scale *
 	    (double)off);
 	*dotoff = (uint32_t)off;
 }
 
-/* The dot sum of q8 rows (t->lut, or t->q8 for the 1-bit form). */
+/* The dot sum of q8 rows (t->lut, or t->q8 for the small form). */
 static int64_t
 dot_sum(const struct tq_quantizer *q, const struct tq_lut *t,
     const uint8_t *codes)
@@ -481,7 +489,7 @@ lut_bytes(const struct tq_quantizer *q)
 /*
  * The three forms of the tables against their references, bit for bit;
  * the estimate within the bound err of the exact <rq, yhat> (and err not
- * far above the half step per field of the lookup form); the 1-bit
+ * far above the half step per field of the lookup form); the small
  * form's dot sum its lookup sum less dotoff; padding zero.
  */
 static void
@@ -498,7 +506,7 @@ test_lut(void)
 		struct tq_lut t;
 		float *rq;
 		uint8_t *codes;
-		int trial, ok = 1, ok_pad = 1, ok_ref = 1, dot, bit1;
+		int trial, ok = 1, ok_pad = 1, ok_ref = 1, dot, small;
 		uint8_t *ref;
 		float rscale, rbias;
 		uint32_t rdotoff = 0;
@@ -512,9 +520,9 @@ test_lut(void)
 		if (q == NULL)
 			continue;
 		dot = TQ_DOT_FORM(q);
-		bit1 = TQ_BIT1_FORM(q);
-		CHECK(dot == (bits == 2 || bits == 4));
-		CHECK(bit1 == (bits == 1));
+		small = TQ_SMALL_FORM(q);
+		CHECK(dot == (bits == 4));
+		CHECK(small == (bits <= 2));
 		len = lut_bytes(q);
 		t.lut = malloc(len);
 		rq = malloc(dim * sizeof(*rq));
@@ -538,12 +546,13 @@ test_lut(void)
 				    q->coords_per_field) != 0 ||
 				    t.planes != q->coords_per_field)
 					ok_ref = 0;
-			} else if (bit1) {
-				ref_bit1(q, rq, ref, lev, &rscale, &rbias,
+			} else if (small) {
+				ref_small(q, rq, ref, lev, &rscale, &rbias,
 				    &rdotoff);
 				if (memcmp(ref, t.lut, len) != 0 ||
-				    memcmp(lev, t.lev, sizeof(lev)) != 0 ||
-				    t.planes != 4 || t.dotoff != rdotoff ||
+				    memcmp(lev, t.lev, 16 *
+				    q->coords_per_field) != 0 ||
+				    t.planes != q->coords_per_field || t.dotoff != rdotoff ||
 				    t.q8 != (const int8_t *)(const void *)
 				    (t.lut + (size_t)q->nfields * 16))
 					ok_ref = 0;
@@ -569,7 +578,7 @@ test_lut(void)
 				    q->centroids[codes[d]];
 			}
 			sum = table_sum(q, &t, codes);
-			if (bit1 && dot_sum(q, &t, codes) + t.dotoff != sum)
+			if (small && dot_sum(q, &t, codes) + t.dotoff != sum)
 				ok = 0;
 			est = (double)t.scale * (double)sum + t.bias;
 			if (fabs(est - exact) > t.err * (1 + 1e-4) + 1e-5 *
@@ -581,8 +590,8 @@ test_lut(void)
 			    q->coords_per_field * t.scale))
 				ok = 0;
 			/* Padding: zero entries, or zero query values. */
-			if (dot || bit1) {
-				const int8_t *v8 = bit1 ? t.q8 : (const int8_t
+			if (dot || small) {
+				const int8_t *v8 = small ? t.q8 : (const int8_t
 				    *)(const void *)t.lut;
 				unsigned np = q->coords_per_field;
 
