@@ -319,8 +319,9 @@ main(int argc, char **argv)
 		}
 		for (i = 0; i < len; i++)
 			codes[i] = rnd8();
+		/* 4-bit tables keep within TQ_LUT4_MAX, as real ones do. */
 		for (i = 0; i < nf * entries; i++)
-			lut[i] = rnd8();
+			lut[i] = fb == 4 ? rnd8() % (TQ_LUT4_MAX + 1) : rnd8();
 		tq_scan_scalar(codes, nblocks, bb, nf, fb, lut, want);
 
 		for (k = 0; k < sizeof(kern) / sizeof(kern[0]); k++) {
