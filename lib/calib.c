@@ -564,9 +564,10 @@ cands(uint32_t k, float o)
  * k * o candidates returns, of the true k nearest, exactly those among
  * its candidates (they beat every other candidate), so its recall@k is
  * that of the first k * o results here, and that of a search without
- * re-rank the first k.  The search picks its k * o from the scan's best
- * 2 k * o by rounded tables (PRERANK), and those here from the scan's best
- * K, so the two can differ at the margin; tq(5) CALB.
+ * re-rank the first k.  The search takes the scan's best k * o by its
+ * rounded tables (at 1 and 2 bits: picks them by float tables among
+ * 1.5 k * o, PRERANK), and those here come from the scan's best K, so
+ * the two can differ at the margin; tq(5) CALB.
  * Entries go to ent[ki * np * no + oi] (the caller's offset for the
  * probes value); *best is the lowest over k of the best recall over
  * oversample.

@@ -118,12 +118,13 @@
  * the levels to a uniform grid), the scan keeps PRERANK times as many
  * and the float tables pick the ones re-ranked.  Picked by the tables
  * alone, the candidates of text-384 at 2 bits reached recall@10 0.9264 at
- * oversample 1.5 where the dot form's 8-bit query had reached 0.9412;
- * picked so, 0.9427.  The other forms round less, and the refinement
- * cost a 4-bit IVF query on text-384 (16 probes) about a tenth of its
- * time.
+ * oversample 1.5 where the dot form's 8-bit query had reached 0.9416;
+ * picked so from 1.5 times as many, 0.9413 (twice: 0.9419, 1.25 times:
+ * 0.9393).  The refinement has its cost: a 2-bit IVF query on
+ * Fashion-MNIST (6 probes, oversample 2) took about 15 us more with 1.5
+ * times, 25 more with twice, on 80 without.  The other forms round less.
  */
-#define PRERANK 2
+#define PRERANK 1.5
 
 /*
  * Candidates whose originals are requested ahead of the re-rank, and
@@ -2471,7 +2472,7 @@ tq_search_refine(const struct tq_index *ix, const float *queries, size_t nq,
 			kc = (uint32_t)want;
 		if (p->oversample > 1.0f && TQ_SMALL_FORM(ix->q)) {
 			kr = kc;
-			want *= PRERANK;
+			want = ceil((double)kr * PRERANK);
 			if (want > (double)ix->n)
 				want = (double)ix->n;
 			if (want > (double)UINT32_MAX)

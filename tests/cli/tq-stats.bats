@@ -52,12 +52,12 @@ counts() {
 		assert_status 0
 		assert_equal "$(field originals_read)" $((37 * ${o#*:}))
 	done
-	# 1 and 2 bits: twice the candidates, all refined, the best k*f of
-	# them by the refined estimate re-ranked.
+	# 1 and 2 bits: 1.5 times the candidates, all refined, the best k*f
+	# of them by the refined estimate re-ranked.
 	run --separate-stderr "$TQ_BIN/tq-search" --stats -k 10 --oversample 3 -i "$F/q.bin" "$F/flat2.tqi"
 	assert_status 0
-	assert_equal "$(field candidates)" $((37 * 60))
-	assert_equal "$(field refined)" $((37 * 60))
+	assert_equal "$(field candidates)" $((37 * 45))
+	assert_equal "$(field refined)" $((37 * 45))
 	assert_equal "$(field reranked)" $((37 * 30))
 	assert_equal "$(field originals_read)" $((37 * 30))
 	# f16 originals: half the bytes.
