@@ -571,6 +571,7 @@ struct ctx {
 	uint32_t dim;
 	uint32_t k;
 	int rerank;
+	int stream_dot;		/* stream_dot(): single scans take scand */
 	/* Fixed re-rank: candidates re-ranked a query (k * oversample, at
 	   most n), fewer than the scan keeps: picked by the float tables. */
 	uint32_t kr;
@@ -919,22 +920,64 @@ block_push(const struct ctx *c, const struct tq_lut *t, size_t i,
 	return offered;
 }
 
-/* The kernel's sums of blocks [b, b + nb) for one query's tables t. */
-static inline void
+/*
+ * The kernel's sums of blocks [b, b + nb) for one query's tables t.
+ * Returns what the keys add to them first: the small form's dotoff when
+ * its dot row was scanned (c->stream_dot), else 0.
+ */
+static inline uint32_t
 scan_one(const struct ctx *c, const struct tq_part *p, const struct tq_lut *t,
     uint64_t b, size_t nb, uint32_t *acc)
 {
 	const struct tq_index *ix = c->ix;
 	const struct tq_quantizer *q = c->q;
 
-	if (t->dot)
+	if (t->dot || (c->stream_dot && t->q8 != NULL)) {
 		c->kern->scand(blk_codes(c, p, b), nb,
 		    ix->block_bytes, q->nfields, t->planes,
-		    (const int8_t *)(const void *)t->lut, 0, 1, t->lev, acc,
-		    0);
-	else
-		c->kern->scan(blk_codes(c, p, b), nb,
-		    ix->block_bytes, q->nfields, q->field_bits, t->lut, acc);
+		    t->dot ? (const int8_t *)(const void *)t->lut : t->q8, 0,
+		    1, t->lev, acc, 0);
+		return t->dot ? 0 : t->dotoff;
+	}
+	c->kern->scan(blk_codes(c, p, b), nb,
+	    ix->block_bytes, q->nfields, q->field_bits, t->lut, acc);
+	return 0;
+}
+
+/*
+ * Do single queries of index ix at `probes` read their 2-bit codes
+ * through the dot kernel?  Both give the same sums.  From memory the
+ * AVX-512 dot kernel was the faster: 100K x 1536 (38 MB of codes), p50
+ * 2.24 ms against 2.50 for the lookup tables (six alternated pairs on a
+ * Zen 4 EPYC); in cache the lookup tables were (10 000 rows: 0.18 ms
+ * against 0.23; Fashion-MNIST's 12 MB: 0.48 against 0.67).  So the dot
+ * kernel takes scans of STREAM_DOT_BYTES a query or more, or of
+ * $TQ_STREAM_DOT bytes (a number >= 0; tests set 0).
+ */
+#define STREAM_DOT_BYTES (16u << 20)
+static int
+stream_dot(const struct tq_index *ix, uint32_t probes,
+    const struct tq_kernels *kern)
+{
+	const struct tq_quantizer *q = ix->q;
+	double bytes = (double)ix->nblocks * (double)ix->block_bytes;
+	double limit = STREAM_DOT_BYTES;
+	const char *e = getenv("TQ_STREAM_DOT");
+
+	if (e != NULL && *e != '\0') {
+		char *end;
+		double v = strtod(e, &end);
+
+		if (*end == '\0' && v >= 0.0)
+			limit = v;
+	}
+
+	if (!TQ_SMALL_FORM(q) || q->coords_per_field != 2 ||
+	    kern->scand != tq_scand_avx512)
+		return 0;
+	if (ix->nlist > 0 && probes > 0 && probes < ix->nlist)
+		bytes *= (double)probes / (double)ix->nlist;
+	return bytes >= limit;
 }
 
 /*
@@ -950,10 +993,11 @@ scan_range(struct worker *w, const struct tq_lut *t, size_t i, uint64_t b0,
 	size_t nb;
 
 	for (b = b0; (nb = next_run(c, sg->p, &b, b1)) > 0; b += nb) {
-		scan_one(c, sg->p, t, b, nb, w->acc);
+		uint32_t off = scan_one(c, sg->p, t, b, nb, w->acc);
+
 		for (size_t bi = 0; bi < nb; bi++)
 			w->st.rows_scanned += block_push(c, t, i, b + bi,
-			    w->acc + bi * TQ_BLOCK, 0, NULL, sg, h);
+			    w->acc + bi * TQ_BLOCK, off, NULL, sg, h);
 	}
 }
 
@@ -1772,13 +1816,14 @@ range_collect(struct worker *w, const struct tq_lut *t, size_t i,
 	size_t nb;
 
 	for (b = b0; (nb = next_run(c, sg->p, &b, b1)) > 0; b += nb) {
-		scan_one(c, sg->p, t, b, nb, w->acc);
+		uint32_t off = scan_one(c, sg->p, t, b, nb, w->acc);
+
 		for (size_t bi = 0; bi < nb; bi++) {
 			uint64_t row = (b + bi) * TQ_BLOCK;
 			uint32_t mask, above;
 			float key[TQ_BLOCK];
 			unsigned j, nj = block_keys(c, sg->p, t, i, b + bi,
-			    w->acc + bi * TQ_BLOCK, 0, NULL, -INFINITY, key,
+			    w->acc + bi * TQ_BLOCK, off, NULL, -INFINITY, key,
 			    &mask, &above);
 
 			mask &= row_window(b + bi, sg->r0, sg->r1);
@@ -2517,6 +2562,7 @@ tq_search_refine(const struct tq_index *ix, const float *queries, size_t nq,
 	c.rerank = p->oversample > 1.0f || p->oversample < 0.0f;
 	c.kr = kr;
 	c.prerank = kr > 0;
+	c.stream_dot = stream_dot(ix, probes, c.kern);
 	c.autor = p->oversample < 0.0f;
 	c.az = 2.0 * (p->auto_z > 0.0f ? (double)p->auto_z : TQ_AUTO_Z) *
 	    (1.0 + 1e-6) / sqrt(dim > 1 ? (double)dim - 1.0 : 1.0);
@@ -2674,6 +2720,7 @@ tq_search_range(const struct tq_index *ix, const float *queries, size_t nq,
 	c.masked = c.allow != NULL || ix->live < ix->n;
 	c.range = 1;
 	c.probes = resolve_probes(ix, p);
+	c.stream_dot = stream_dot(ix, c.probes, c.kern);
 	c.probe = s.probe;
 	c.rkey = q->metric == TQ_METRIC_L2 ? -radius : radius;
 	c.rmax = max;
