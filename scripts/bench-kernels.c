@@ -20,10 +20,12 @@
  * 2, 4, 8 and 16 queries, in GB/s of codes per query, i.e. bytes times
  * queries over time.  These lookup-form rows are what 1-bit searches run
  * for single queries and on CPUs without AMX (4-bit fields of 4
- * coordinates); 4 and 2-bit searches run the dot form ("4-bit dot",
- * "2-bit dot"), timed the same way for 1 to 256 queries, with AMX where
- * the machine has it, and so do 1-bit batches on AMX ("1-bit dot" x16 and
- * up: its one-query rows show why single 1-bit queries keep the lookup
+ * coordinates, and 2-bit searches' 4-bit fields of 2 coordinates, their
+ * "2-bit" rows); 4-bit searches run the dot form ("4-bit dot"), timed the
+ * same way for 1 to 256 queries, with AMX where the machine has it, and
+ * so do 2- and 1-bit batches on AMX and 2-bit single queries over codes
+ * from memory ("2-bit dot", "1-bit dot" x16 and up: the one-query rows
+ * show why single 1- and 2-bit queries in cache keep the lookup
  * kernels).  Codes and tables are 64-byte aligned, as in a
  * search (index sections are, and so are its tables).  Then the
  * machine's single-thread read bandwidth, a streaming sum over 1 GiB.
