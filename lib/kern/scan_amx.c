@@ -98,7 +98,7 @@ decode(const uint8_t *block, unsigned f0, unsigned nfields, unsigned planes,
 		if (live) {
 			__m512i xt;
 
-			/* 1 KiB ahead: the AVX-512 distance tuned on an SPR VM. */
+			/* 1 KiB ahead, as tuned for AVX-512 on an SPR VM. */
 			__builtin_prefetch((const void *)((uintptr_t)block +
 			    (size_t)f * 16 + 1024), 0, 3);
 			xt = _mm512_permutexvar_epi8(tr,
