@@ -1202,6 +1202,12 @@ struct tq_kernels {
 	tq_rowa_rows_fn rowa_rows;
 	tq_fachdec_fn fachdec;	/* a compact block decoded for keysd */
 	tq_keysd_fn keysd;	/* keysh's keys from a decoded block */
+	/*
+	 * 1: scand reads codes streamed from memory faster than scan does
+	 * (2-bit fields), so single queries scanning that much take it
+	 * (search.c, stream_dot).
+	 */
+	int stream_dot;
 };
 const struct tq_kernels *tq_kernels(void);
 

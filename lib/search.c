@@ -119,10 +119,11 @@
  * and the float tables pick the ones re-ranked.  Picked by the tables
  * alone, the candidates of text-384 at 2 bits reached recall@10 0.9264 at
  * oversample 1.5 where the dot form's 8-bit query had reached 0.9416;
- * picked so from 1.5 times as many, 0.9413 (twice: 0.9419, 1.25 times:
+ * picked so from 1.5 times as many, 0.9414 (twice: 0.9419, 1.25 times:
  * 0.9393).  The refinement has its cost: a 2-bit IVF query on
- * Fashion-MNIST (6 probes, oversample 2) took about 15 us more with 1.5
- * times, 25 more with twice, on 80 without.  The other forms round less.
+ * Fashion-MNIST (6 probes, oversample 2) took 97 us with 1.5 times, 106
+ * with twice, 80 without (medians of eight runs).  The other forms round
+ * less.
  */
 #define PRERANK 1.5
 
@@ -281,25 +282,21 @@ small_tables(const struct tq_quantizer *q, const int8_t *q8,
 	unsigned t, v;
 
 	if (planes == 2) {
-		/* Level words, as they are and complemented (r < 0). */
-		uint64_t rep[2], lo01[2], hi23[2];
+		/*
+		 * Level words, as they are and complemented (r < 0): lmax
+		 * in every byte less the word, no byte below 0.
+		 */
+		const uint64_t all = (uint64_t)lmax * 0x0101010101010101u;
+		uint64_t rep[2] = { 0 }, lo01[2] = { 0 }, hi23[2] = { 0 };
 
-		for (t = 0; t < 2; t++) {
-			rep[t] = lo01[t] = hi23[t] = 0;
-			for (v = 0; v < 8; v++) {
-				uint64_t l0 = lev[v % 4], l1 = lev[v / 4];
-				uint64_t l2 = lev[2 + v / 4];
-
-				if (t == 1) {
-					l0 = (uint64_t)lmax - l0;
-					l1 = (uint64_t)lmax - l1;
-					l2 = (uint64_t)lmax - l2;
-				}
-				rep[t] |= l0 << 8 * v;
-				lo01[t] |= l1 << 8 * v;
-				hi23[t] |= l2 << 8 * v;
-			}
+		for (v = 0; v < 8; v++) {
+			rep[0] |= (uint64_t)lev[v % 4] << 8 * v;
+			lo01[0] |= (uint64_t)lev[v / 4] << 8 * v;
+			hi23[0] |= (uint64_t)lev[2 + v / 4] << 8 * v;
 		}
+		rep[1] = all - rep[0];
+		lo01[1] = all - lo01[0];
+		hi23[1] = all - hi23[0];
 		for (f = 0; f < q->nfields; f++) {
 			const int8_t *g = q8 + (size_t)f * 2 - f % 4;
 			uint8_t *out = lut + (size_t)f * 16;
@@ -572,10 +569,9 @@ struct ctx {
 	uint32_t k;
 	int rerank;
 	int stream_dot;		/* stream_dot(): single scans take scand */
-	/* Fixed re-rank: candidates re-ranked a query (k * oversample, at
-	   most n), fewer than the scan keeps: picked by the float tables. */
+	/* Fixed re-rank picked by the float tables (PRERANK): candidates
+	   re-ranked a query, fewer than the scan keeps; 0: no pick. */
 	uint32_t kr;
-	int prerank;
 	/* Rows to skip: deleted, or outside the allow-list. */
 	int masked;
 	const uint32_t *allow;	/* one word per block, or NULL */
@@ -962,19 +958,18 @@ stream_dot(const struct tq_index *ix, uint32_t probes,
 	const struct tq_quantizer *q = ix->q;
 	double bytes = (double)ix->nblocks * (double)ix->block_bytes;
 	double limit = STREAM_DOT_BYTES;
-	const char *e = getenv("TQ_STREAM_DOT");
+	const char *e;
 
-	if (e != NULL && *e != '\0') {
+	if (!kern->stream_dot || !TQ_SMALL_FORM(q) ||
+	    q->coords_per_field != 2)
+		return 0;
+	if ((e = getenv("TQ_STREAM_DOT")) != NULL && *e != '\0') {
 		char *end;
 		double v = strtod(e, &end);
 
 		if (*end == '\0' && v >= 0.0)
 			limit = v;
 	}
-
-	if (!TQ_SMALL_FORM(q) || q->coords_per_field != 2 ||
-	    kern->scand != tq_scand_avx512)
-		return 0;
 	if (ix->nlist > 0 && probes > 0 && probes < ix->nlist)
 		bytes *= (double)probes / (double)ix->nlist;
 	return bytes >= limit;
@@ -1675,7 +1670,7 @@ finish(struct worker *w, size_t i, const struct tq_topk *cand,
 	t0 = c->timed ? now() : 0.0;
 	tq_topk_reset(&w->fin);
 	w->st.candidates += cand->len;
-	if (c->prerank && cand->len > c->kr) {
+	if (c->kr > 0 && cand->len > c->kr) {
 		pick_rerank(w, i, cand, pre);
 		rows = w->pick.id;
 		n = w->pick.len;
@@ -2005,6 +2000,7 @@ run(void *arg)
 	ns = query_segs(c, 0, w->segs);	/* flat: every row */
 	for (i = w->q0; i < w->q1; i += c->qtile) {
 		size_t m = w->q1 - i < c->qtile ? w->q1 - i : c->qtile, j;
+		int refine;
 		uint64_t b, step = c->tile_blocks;
 		double t0 = c->timed ? now() : 0.0, t1;
 
@@ -2036,14 +2032,15 @@ run(void *arg)
 		}
 		t0 = c->timed ? now() : 0.0;
 		w->st.t_scan += t0 - t1;
-		if ((!c->rerank || c->prerank) && w->rcs != NULL) {
+		/* Every candidate refined: no re-rank, or its pick. */
+		refine = (!c->rerank || c->kr > 0) && w->rcs != NULL;
+		if (refine) {
 			refine_tile(w, i, m);
 			if (c->timed)
 				w->st.t_refine += now() - t0;
 		}
 		for (j = 0; j < m; j++)
-			finish(w, i + j, &w->cand[j], (!c->rerank ||
-			    c->prerank) && w->rcs != NULL ? w->rkey + j *
+			finish(w, i + j, &w->cand[j], refine ? w->rkey + j *
 			    w->kc : NULL);
 	}
 	return NULL;
@@ -2447,6 +2444,15 @@ tq_search(const struct tq_index *ix, const float *queries, size_t nq,
  * tables itself, and the scan's heap of 4 times as many cost it a third
  * of its time.
  */
+/* want candidates a query, at most n (and UINT32_MAX). */
+static uint32_t
+cap_cands(double want, uint64_t n)
+{
+	if (want > (double)n)
+		want = (double)n;
+	return want > (double)UINT32_MAX ? UINT32_MAX : (uint32_t)want;
+}
+
 enum tq_status
 tq_search_refine(const struct tq_index *ix, const float *queries, size_t nq,
     const struct tq_search_params *p, unsigned refine, uint64_t *ids,
@@ -2509,20 +2515,11 @@ tq_search_refine(const struct tq_index *ix, const float *queries, size_t nq,
 		    TQ_AUTO_CAP : p->oversample > 1.0f ?
 		    (double)p->oversample : (double)refine);
 
-		if (want > (double)ix->n)
-			want = (double)ix->n;
-		if (want > (double)UINT32_MAX)
-			want = (double)UINT32_MAX;
-		if ((uint32_t)want > kc)
-			kc = (uint32_t)want;
+		if (cap_cands(want, ix->n) > kc)
+			kc = cap_cands(want, ix->n);
 		if (p->oversample > 1.0f && TQ_SMALL_FORM(ix->q)) {
 			kr = kc;
-			want = ceil((double)kr * PRERANK);
-			if (want > (double)ix->n)
-				want = (double)ix->n;
-			if (want > (double)UINT32_MAX)
-				want = (double)UINT32_MAX;
-			kc = (uint32_t)want;
+			kc = cap_cands(ceil((double)kr * PRERANK), ix->n);
 			if (kc <= kr)
 				kr = 0;
 		}
@@ -2561,7 +2558,6 @@ tq_search_refine(const struct tq_index *ix, const float *queries, size_t nq,
 	c.k = p->k;
 	c.rerank = p->oversample > 1.0f || p->oversample < 0.0f;
 	c.kr = kr;
-	c.prerank = kr > 0;
 	c.stream_dot = stream_dot(ix, probes, c.kern);
 	c.autor = p->oversample < 0.0f;
 	c.az = 2.0 * (p->auto_z > 0.0f ? (double)p->auto_z : TQ_AUTO_Z) *

@@ -101,10 +101,10 @@ static const struct {
 	    tq_scan_avx512, tq_dot_avx512, tq_f16_avx512, tq_scan4x_avx512,
 	    tq_keys_avx512, tq_keysh_avx512, tq_scand_avx512, tq_scand_amx, tq_rowa_avx512,
 	    tq_keyf16_avx512, tq_dotq4_avx512, tq_rowa_rows_avx512,
-	    tq_fachdec_avx512, tq_keysd_avx512 },
+	    tq_fachdec_avx512, tq_keysd_avx512, 1 },
 #else
 	    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-	    NULL, NULL, NULL },
+	    NULL, NULL, NULL, 0 },
 #endif
 	    F_AVX512F | F_AVX512BW | F_AVX512VL | F_AVX512VBMI | F_AVX512VNNI |
 	    F_BMI2 | F_AMX },
@@ -113,10 +113,10 @@ static const struct {
 	    tq_scan_avx512, tq_dot_avx512, tq_f16_avx512, tq_scan4x_avx512,
 	    tq_keys_avx512, tq_keysh_avx512, tq_scand_avx512, NULL, tq_rowa_avx512,
 	    tq_keyf16_avx512, tq_dotq4_avx512, tq_rowa_rows_avx512,
-	    tq_fachdec_avx512, tq_keysd_avx512 },
+	    tq_fachdec_avx512, tq_keysd_avx512, 1 },
 #else
 	    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-	    NULL, NULL, NULL },
+	    NULL, NULL, NULL, 0 },
 #endif
 	    F_AVX512F | F_AVX512BW | F_AVX512VL | F_AVX512VBMI | F_AVX512VNNI |
 	    F_BMI2 },
@@ -125,10 +125,10 @@ static const struct {
 	    tq_scan_avx2, tq_dot_avx2, tq_f16_avx2, tq_scan4x_avx2,
 	    tq_keys_avx2, tq_keysh_avx2, tq_scand_avx2, NULL, tq_rowa_avx2,
 	    tq_keyf16_avx2, tq_dotq4_avx2, tq_rowa_rows_avx2,
-	    tq_fachdec_avx2, tq_keysd_avx2 },
+	    tq_fachdec_avx2, tq_keysd_avx2, 0 },
 #else
 	    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-	    NULL, NULL, NULL },
+	    NULL, NULL, NULL, 0 },
 #endif
 	    F_AVX2 | F_FMA | F_BMI2 | F_F16C },
 	/* The baseline: x86-64 always has SSE2. */
@@ -145,7 +145,7 @@ static const struct {
 	    tq_rowa_portable,
 #endif
 	    NULL, tq_dotq4_portable, NULL, tq_fachdec_scalar,
-	    tq_keysd_scalar },
+	    tq_keysd_scalar, 0 },
 	    0 },
 };
 #define NKERNELS (sizeof(kernels) / sizeof(kernels[0]))
