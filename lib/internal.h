@@ -368,6 +368,7 @@ struct tq_ivf {
 	double *bfe;			/* per list: |c - bf16(c)|, |c| */
 	double bfemax[2];		/* the largest of each */
 	int bfmade;
+	uint64_t nsingle;		/* single rows scored (ivf.c) */
 };
 
 struct tq_quantizer {
@@ -1074,6 +1075,8 @@ tq_dot_fn tq_dot_kernel(void);
  * aligned), s[i * lds + o] = <x_i, c_o> as vdpbf16ps sums it (float
  * lanes, in an order that is not the fixed one: the filter's bound covers
  * any).  m must be a multiple of TQ_BF16_ROWS and nl of TQ_BF16_LISTS.
+ * gemv: the same for one row, s[o] = <x, c_o> (another order of the sum,
+ * also any); nl a multiple of TQ_BF16_LISTS.
  */
 #define TQ_BF16_ROWS 6
 #define TQ_BF16_LISTS 64
@@ -1084,11 +1087,15 @@ struct tq_bf16_kernel {
 	    double *dn);
 	void (*gemm)(const uint32_t *x, size_t m, const void *cent,
 	    uint32_t nl, uint32_t k2, float *s, size_t lds);
+	void (*gemv)(const uint32_t *x, const void *cent, uint32_t nl,
+	    uint32_t k2, float *s);
 };
 void tq_bf16_row_avx512(const float *x, uint32_t dim, uint32_t *out,
     double *rn, double *dn);
 void tq_bf16_gemm_avx512(const uint32_t *x, size_t m, const void *cent,
     uint32_t nl, uint32_t k2, float *s, size_t lds);
+void tq_bf16_gemv_avx512(const uint32_t *x, const void *cent, uint32_t nl,
+    uint32_t k2, float *s);
 /*
  * Puts a row's k2 words (row NULL: zeros) as list o of gemm's blocks of
  * 16 lists (word k at block o / 16, vector k, lane o % 16).

@@ -42,6 +42,14 @@
 
 /* Lists fewer than this are filtered by sgemm: padding would cost more. */
 #define BF16_MIN_LISTS 64
+/*
+ * Rows scored one at a time (single queries) in the fixed order before
+ * the bf16 filter's centroids are packed for them: packing costs as much
+ * as the filter saves on some 25 (3162 lists of 768) to 80 (245 of 784)
+ * such rows, so a process that asks a few queries does not pay it and
+ * one that asks many pays at most about twice.
+ */
+#define BF16_SINGLE_AFTER 64
 
 static void
 bf16_release(struct tq_ivf *v)
@@ -119,6 +127,7 @@ tq_ivf_release(struct tq_ivf *v)
 	free(v->n2);
 	v->n2 = NULL;
 	bf16_release(v);
+	v->nsingle = 0;
 }
 
 enum tq_status
@@ -358,21 +367,126 @@ bf16_candidates(const struct tq_ivf *v, const float *si, float inv, int ip,
 	return nc;
 }
 
+/*
+ * The lists that may be among the p best of a row whose filter scores
+ * are si; emax >= every E_o.  With L the p-th largest of score - E_o, at
+ * least p lists have a fixed-order score of at least L, so each of the p
+ * best has one too, and a filter score of at least L - E_o.  L is at
+ * least A - emax, with A the p-th largest filter score, so a first pass
+ * in float keeps the lists within 2 emax of A (they hold the p largest
+ * score - E_o), and only they are bounded one by one, as in
+ * bf16_candidates.  The heap takes floats: each score - E_o rounded down.
+ */
+static uint32_t
+bf16_top_candidates(const struct tq_ivf *v, const float *si, float inv,
+    int ip, const struct bfbound *b, double emax, struct tq_topk *h,
+    uint32_t *cand)
+{
+	uint32_t nl = v->nlist, nc = 0, npre, o, t;
+	double thr, lim;
+	float tf;
+
+	tq_topk_reset(h);
+	for (o = 0; o < nl; o++)
+		tq_topk_push(h, list_score(v, o, si[o], inv, ip), o);
+	thr = (double)h->key[0] - 2.0 * emax;
+	tf = (float)thr;
+	if ((double)tf > thr)
+		tf = nextafterf(tf, -INFINITY);
+	npre = scores_not_below(v, si, inv, ip, tf, cand);
+	tq_topk_reset(h);
+	for (t = 0; t < npre; t++) {
+		double lo;
+		float f;
+
+		o = cand[t];
+		lo = (double)list_score(v, o, si[o], inv, ip) -
+		    bf16_err(v, b, o);
+		f = (float)lo;
+		if ((double)f > lo)
+			f = nextafterf(f, -INFINITY);
+		tq_topk_push(h, f, o);
+	}
+	lim = (double)h->key[0];
+	/* "Not below": NaN scores stay candidates (see nearest_rows). */
+	for (t = 0; t < npre; t++) {
+		o = cand[t];
+		if (!((double)list_score(v, o, si[o], inv, ip) +
+		    bf16_err(v, b, o) < lim))
+			cand[nc++] = o;
+	}
+	return nc;
+}
+
+/*
+ * The bf16 filter for rows scored one at a time, or NULL (fixed order for
+ * all lists): after BF16_SINGLE_AFTER such rows, or once a batch has made
+ * the centroids.
+ */
+static const struct tq_bf16_kernel *
+single_filter(const struct tq_ivf *cv, uint32_t dim)
+{
+	struct tq_ivf *v = (struct tq_ivf *)(uintptr_t)cv;
+	const struct tq_bf16_kernel *bk = tq_bf16_kernel();
+
+	if (bk == NULL || cv->nlist < BF16_MIN_LISTS)
+		return NULL;
+	if (!__atomic_load_n(&v->bfmade, __ATOMIC_ACQUIRE) &&
+	    __atomic_add_fetch(&v->nsingle, 1, __ATOMIC_RELAXED) <=
+	    BF16_SINGLE_AFTER)
+		return NULL;
+	return bf16_ready(cv, dim) ? bk : NULL;
+}
+
+/*
+ * The p lists of the single row x (|x| = nx, scale inv) through the bf16
+ * filter of bk, into h (unsorted); s holds v->bfnl floats and xb
+ * (dim + 1) / 2 words.  Only the lists the filter cannot rule out are
+ * scored in the fixed order, which decides among them as it would among
+ * all: the same lists, reading half the bytes and a few rows again.
+ */
+static void
+single_rows(const struct tq_ivf *v, uint32_t dim,
+    const struct tq_bf16_kernel *bk, const float *x, double nx, float inv,
+    int ip, struct tq_topk *h, float *s, uint32_t *xb, uint32_t *cand)
+{
+	struct bfbound bb;
+	double rn, dn;
+	uint32_t nc, t;
+
+	bk->row(x, dim, xb, &rn, &dn);
+	bk->gemv(xb, v->bfc, v->bfnl, (dim + 1) / 2, s);
+	bf16_bound(v, dim, nx, rn, dn, inv, ip, &bb);
+	nc = bf16_top_candidates(v, s, inv, ip, &bb, (bb.ka * v->bfemax[0] +
+	    bb.kb * v->bfemax[1] + bb.kc) * (1.0 + 0x1p-30), h, cand);
+	tq_topk_reset(h);
+	for (t = 0; t < nc; t++) {
+		uint32_t o = cand[t];
+		float dot;
+
+		tq_dot_rows(x, dim, 1, v->cent + (size_t)o * dim, 1, dim, &dot,
+		    1);
+		tq_topk_push(h, list_score(v, o, dot, inv, ip), o);
+	}
+}
+
 static enum tq_status
 nearest_rows(const struct tq_ivf *v, uint32_t dim, const float *x,
     size_t n, int normalise, int ip, uint32_t p, uint32_t *lists,
     float *scores)
 {
-	uint32_t nl = v->nlist, *cand = NULL, *xb = NULL;
+	uint32_t nl = v->nlist, *cand = NULL, *xb = NULL, *xb1 = NULL;
 	uint32_t k2 = (dim + 1) / 2;
 	/*
-	 * The bf16 filter for the nearest list only (assignment, k-means):
-	 * for several (probes of a batch of queries) its wider bound leaves
-	 * more lists to re-check than it saves (Fashion-MNIST, 245 lists, 32
-	 * probes: 5 % fewer queries a second), and sgemm filters.
+	 * The bf16 filter for the nearest list of many rows (assignment,
+	 * k-means): for several (probes of a batch of queries) its wider
+	 * bound leaves more lists to re-check than it saves (Fashion-MNIST,
+	 * 245 lists, 32 probes: 5 % fewer queries a second), and sgemm
+	 * filters.  A single row (b1) has no sgemm to share the centroids'
+	 * loads with: the filter halves them whatever p.
 	 */
 	const struct tq_bf16_kernel *bfk = p == 1 && n >= NEAR_BLAS_MIN &&
-	    bf16_ready(v, dim) ? tq_bf16_kernel() : NULL;
+	    bf16_ready(v, dim) ? tq_bf16_kernel() : NULL, *b1 = NULL;
 	/* At most NEAR_ROWS rows, and about 64 MiB of scores, at a time. */
 	size_t rb = ((size_t)16 << 20) / (bfk != NULL ? v->bfnl : nl), rb6;
 
@@ -383,7 +497,7 @@ nearest_rows(const struct tq_ivf *v, uint32_t dim, const float *x,
 	if (rb > n)
 		rb = n;
 	rb6 = (rb + TQ_BF16_ROWS - 1) / TQ_BF16_ROWS * TQ_BF16_ROWS;
-	float *s = NULL;
+	float *s = NULL, *s1 = NULL;
 	/* Per row: |x|; bf16 filter: |bf16(x)|, |x - bf16(x)|. */
 	double *nx = NULL, *rn, *dn;
 	struct tq_topk h;
@@ -408,6 +522,13 @@ nearest_rows(const struct tq_ivf *v, uint32_t dim, const float *x,
 		st = tq_fail(TQ_ERR_NOMEM, "lists: out of memory");
 		goto done;
 	}
+	/* One row alone: the bf16 filter, once it pays (single_filter). */
+	if (n == 1 && (b1 = single_filter(v, dim)) != NULL) {
+		s1 = tq_mallocarray(v->bfnl, sizeof(*s1));
+		xb1 = tq_mallocarray(k2, sizeof(*xb1));
+		if (s1 == NULL || xb1 == NULL)
+			b1 = NULL;	/* the fixed order: the same lists */
+	}
 	for (size_t r0 = 0; r0 < n; r0 += rb) {
 		size_t m = n - r0 < rb ? n - r0 : rb, ls = nl;
 		/* A few rows (one query) are cheaper in the fixed order. */
@@ -417,7 +538,12 @@ nearest_rows(const struct tq_ivf *v, uint32_t dim, const float *x,
 		for (size_t i = 0; i < m; i++)
 			/* Also false for NaN: such rows go to sgemm. */
 			bf = bf && nx[i] < TQ_BF16_MAX_NORM;
-		if (exact) {
+		/* Also false for NaN: the fixed order for all lists. */
+		if (b1 != NULL && !(nx[0] < TQ_BF16_MAX_NORM))
+			b1 = NULL;
+		if (b1 != NULL) {
+			/* single_rows, in the loop below */
+		} else if (exact) {
 			tq_dot_rows(x + r0 * dim, dim, m, v->cent, nl, dim, s, nl);
 		} else if (bf) {
 			for (size_t i = 0; i < rb6; i++)
@@ -441,6 +567,11 @@ nearest_rows(const struct tq_ivf *v, uint32_t dim, const float *x,
 
 			if (normalise)
 				inv = nx[i] > 0.0 ? (float)(1.0 / nx[i]) : 0.0f;
+			if (b1 != NULL) {
+				single_rows(v, dim, b1, xi, nx[i], inv, ip, &h,
+				    s1, xb1, cand);
+				goto ranked;
+			}
 			if (exact) {
 				/*
 				 * The scores are already the fixed-order ones
@@ -516,6 +647,8 @@ ranked:
 	}
 done:
 	tq_topk_free(&h);
+	free(s1);
+	free(xb1);
 	free(s);
 	free(nx);
 	free(xb);

@@ -316,7 +316,7 @@ tq_bf16_kernel(void)
 	const char *name = tq_kernels()->name;
 #ifdef TQ_HAVE_BF16
 	static const struct tq_bf16_kernel avx512 = { tq_bf16_row_avx512,
-	    tq_bf16_gemm_avx512 };
+	    tq_bf16_gemm_avx512, tq_bf16_gemv_avx512 };
 
 	/* Under a cap below AVX-512 (TQ_ISA), none. */
 	if ((cpu_have & F_AVX512BF16) && !bf16_off &&

@@ -165,3 +165,51 @@ tq_bf16_gemm_avx512(const uint32_t *x, size_t m, const void *cent,
 			tile(x + i * k2, k2, cp, k2, s + i * lds + l0, lds);
 	}
 }
+
+/*
+ * One row (a single query's lists): no tile to share the centroid loads
+ * with, so the bound is the bytes read, half those of the floats.  Four
+ * blocks (64 lists) at a time, pairs k and k + 1 in two sets of
+ * accumulators so that eight chains of vdpbf16ps overlap; the two sets
+ * are added at the end, one more order of the sum that the bound covers.
+ */
+void
+tq_bf16_gemv_avx512(const uint32_t *x, const void *cent, uint32_t nl,
+    uint32_t k2, float *s)
+{
+	const __m512i *c = cent;
+
+	for (uint32_t l0 = 0; l0 < nl; l0 += TQ_BF16_LISTS) {
+		const __m512i *cp = c + (size_t)(l0 / 16) * k2;
+		__m512 a[4], b[4];
+		uint32_t k = 0;
+		int j;
+
+		for (j = 0; j < 4; j++)
+			a[j] = b[j] = _mm512_setzero_ps();
+		for (; k + 2 <= k2; k += 2) {
+			__m512bh x0 = (__m512bh)_mm512_set1_epi32((int)x[k]);
+			__m512bh x1 = (__m512bh)_mm512_set1_epi32((int)x[k + 1]);
+
+			for (j = 0; j < 4; j++) {
+				const __m512i *v = cp + (size_t)j * k2 + k;
+
+				a[j] = _mm512_dpbf16_ps(a[j], x0,
+				    (__m512bh)_mm512_load_si512(v));
+				b[j] = _mm512_dpbf16_ps(b[j], x1,
+				    (__m512bh)_mm512_load_si512(v + 1));
+			}
+		}
+		if (k < k2) {
+			__m512bh x0 = (__m512bh)_mm512_set1_epi32((int)x[k]);
+
+			for (j = 0; j < 4; j++)
+				a[j] = _mm512_dpbf16_ps(a[j], x0, (__m512bh)
+				    _mm512_load_si512(cp + (size_t)j * k2 + k));
+		}
+		for (j = 0; j < 4; j++)
+			_mm512_storeu_ps(s + l0 + 16 * j,
+			    _mm512_add_ps(a[j], b[j]));
+	}
+}
+

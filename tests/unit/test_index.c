@@ -1025,6 +1025,7 @@ ivf_nearest_case(uint32_t dim, uint32_t nl)
 	struct tq_ivf v;
 	uint32_t *got = malloc(n * p * sizeof(*got));
 	uint32_t *got1 = malloc(n * sizeof(*got1));
+	uint32_t *early = malloc(70 * p * sizeof(*early));
 
 	memcpy(c + 5 * dim, c + 20 * dim, dim * sizeof(float));	/* tie */
 	memcpy(x, c + 20 * dim, dim * sizeof(float));	/* on the tie */
@@ -1053,12 +1054,22 @@ ivf_nearest_case(uint32_t dim, uint32_t nl)
 	v.nlist = nl;
 	v.cent = c;
 	CHECK_OK(tq_ivf_prepare(&v, dim));
-	/* The bf16 centroids are made by the first batch, not before. */
+	/*
+	 * The bf16 centroids are made by the first batch, not before, or
+	 * after 64 single rows (ivf.c BF16_SINGLE_AFTER): the rows before
+	 * and after are scored in the fixed order and through the filter.
+	 */
 	CHECK(v.bfc == NULL);
+	for (uint32_t i = 0; i < 70; i++)
+		CHECK_OK(tq_ivf_nearest(&v, dim, x + i * dim, 1, 0, 0, p,
+		    early + i * p, NULL, 0));
+	CHECK((v.bfc != NULL) == (nl >= 64 && tq_bf16_kernel() != NULL));
 	for (int mode = 0; mode < 3; mode++) {
 		int norm = mode == 1, ip = mode == 2, bad = 0;
 
 		CHECK_OK(tq_ivf_nearest(&v, dim, x, n, norm, ip, p, got, NULL, 0));
+		if (mode == 0)
+			CHECK(memcmp(early, got, 70 * p * sizeof(*got)) == 0);
 		/* The nearest list alone: the bf16 filter where there is one. */
 		CHECK_OK(tq_ivf_nearest(&v, dim, x, n, norm, ip, 1, got1, NULL,
 		    0));
@@ -1136,6 +1147,7 @@ ivf_nearest_case(uint32_t dim, uint32_t nl)
 	free(sc);
 	free(got);
 	free(got1);
+	free(early);
 }
 
 /*
@@ -1288,6 +1300,35 @@ done:
 	free(xb);
 }
 
+/* The bf16 products s of m rows by nl lists against the exact sums. */
+static int
+sums_ok(const float *x, const float *c, uint32_t m, uint32_t nl,
+    uint32_t dim, const float *s, double gb)
+{
+	int ok = 1;
+
+	for (uint32_t i = 0; i < m; i++)
+		for (uint32_t o = 0; o < nl; o++) {
+			double ex = 0, mag = 0;
+
+			for (uint32_t d = 0; d < dim; d++) {
+				uint32_t ua = (uint32_t)ref_bf16(x[i * dim +
+				    d]) << 16;
+				uint32_t ub = (uint32_t)ref_bf16(c[o * dim +
+				    d]) << 16;
+				float a, b;
+
+				memcpy(&a, &ua, 4);
+				memcpy(&b, &ub, 4);
+				ex += (double)a * b;
+				mag += fabs((double)a * b);
+			}
+			ok &= fabs(s[i * nl + o] - ex) <= gb * mag +
+			    dim * 0x1p-125;
+		}
+	return ok;
+}
+
 /*
  * The bf16 products against a scalar oracle, on awkward dims: the exact
  * sum, in double, of the products of the rounded values, which the
@@ -1326,27 +1367,12 @@ test_bf16_gemm_sizes(void)
 				for (int t = 0; t < 16; t++)
 					s[(size_t)m * nl + t] = 12345.0f;
 				g->gemm(xb, m, cb, nl, k2, s, nl);
+				ok &= sums_ok(x, c, m, nl, dim, s, gb);
+				/* The one-row kernel, row by row. */
 				for (uint32_t i = 0; i < m; i++)
-					for (uint32_t o = 0; o < nl; o++) {
-						double ex = 0, mag = 0;
-
-						for (uint32_t d = 0; d < dim; d++) {
-							uint32_t ua = (uint32_t)
-							    ref_bf16(x[i * dim +
-							    d]) << 16;
-							uint32_t ub = (uint32_t)
-							    ref_bf16(c[o * dim +
-							    d]) << 16;
-							float a, b;
-
-							memcpy(&a, &ua, 4);
-							memcpy(&b, &ub, 4);
-							ex += (double)a * b;
-							mag += fabs((double)a * b);
-						}
-						ok &= fabs(s[i * nl + o] - ex) <=
-						    gb * mag + dim * 0x1p-125;
-					}
+					g->gemv(xb + (size_t)i * k2, cb, nl, k2,
+					    s + (size_t)i * nl);
+				ok &= sums_ok(x, c, m, nl, dim, s, gb);
 				for (int t = 0; t < 16; t++)
 					ok &= s[(size_t)m * nl + t] == 12345.0f;
 				free(xb);
