@@ -296,6 +296,14 @@ tq_file_map_fd(int fd, struct tq_file *f)
 	if (p == MAP_FAILED)
 		return tq_fail(TQ_ERR_IO, "mmap: %s", strerror(errno));
 	f->base = p;
+	/*
+	 * mincore's condition (can_do_mincore): the owner, or one who may
+	 * write the file; supplementary groups are not looked at, which only
+	 * keeps the read-ahead of a file that is in memory.
+	 */
+	f->residency = st.st_uid == geteuid() || geteuid() == 0 ||
+	    (st.st_mode & S_IWOTH) != 0 || ((st.st_mode & S_IWGRP) != 0 &&
+	    st.st_gid == getegid());
 	if ((rc = file_validate(f)) != TQ_OK) {
 		tq_file_unmap(f);
 		return rc;
@@ -350,6 +358,21 @@ tq_map_willneed(const void *lo, const void *hi)
 
 	if (lo != NULL && (uintptr_t)hi > a)
 		(void)madvise((void *)a, (uintptr_t)hi - a, MADV_WILLNEED);
+}
+
+int
+tq_map_resident(const void *lo, const void *hi)
+{
+	uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t a = (uintptr_t)lo & ~(pg - 1);
+	uintptr_t b = ((uintptr_t)hi - 1) & ~(pg - 1);
+	unsigned char v = 0;
+
+	if (lo == NULL || (uintptr_t)hi <= (uintptr_t)lo)
+		return 0;
+	if (mincore((void *)a, 1, &v) != 0 || !(v & 1))
+		return 0;
+	return b == a || (mincore((void *)b, 1, &v) == 0 && (v & 1));
 }
 
 const uint8_t *

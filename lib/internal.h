@@ -590,6 +590,12 @@ struct tq_file {
 	uint64_t seq;		/* version 2: the commit's number (v1: 0) */
 	uint64_t end;		/* bytes the commit covers (v1: the size) */
 	uint64_t table;		/* version 2: offset of the commit's table */
+	/*
+	 * 1: mincore(2) tells this file's page cache (Linux shows it for
+	 * files the process owns or may write, and says "resident" for
+	 * others).
+	 */
+	int residency;
 };
 
 /* Maps and validates header, table and section bounds. */
@@ -609,6 +615,12 @@ void tq_map_release(const void *lo, const void *hi);
  * instead of a page fault after another, whatever MADV_RANDOM says.
  */
 void tq_map_willneed(const void *lo, const void *hi);
+/*
+ * Whether the pages holding lo and hi - 1 are both in memory (mincore), a
+ * range read whole standing for its ends; 0 if mincore fails.  Only where
+ * the file's residency is known (struct tq_file).
+ */
+int tq_map_resident(const void *lo, const void *hi);
 /* Every section's checksum against the table's (format.c). */
 enum tq_status tq_file_verify_sums(const struct tq_file *f);
 /* Finds a section of the whole index (part 0); NULL (and *len = 0) if none. */

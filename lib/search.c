@@ -773,7 +773,11 @@ advise_range(const void *a, size_t len)
 /*
  * An index larger than memory: the codes and factors of all of a query's
  * lists are asked for at once, so that a cold query waits for one round
- * of reads, not a page fault after another list by list.
+ * of reads, not a page fault after another list by list.  A list whose
+ * codes are in memory at both ends (every scan reads a list whole, so it
+ * stays or leaves as one) is not asked for: on pages in memory the advice
+ * only walks the page cache, which took 0.16-0.25 ms of a 0.8-1 ms warm
+ * query (10M x 768, 4 probes).
  */
 static void
 advise_segs(const struct ctx *c, const struct seg *sg, size_t ns)
@@ -783,9 +787,13 @@ advise_segs(const struct ctx *c, const struct seg *sg, size_t ns)
 	for (size_t e = 0; e < ns; e++) {
 		const struct tq_part *p = sg[e].p;
 		uint64_t nb = sg[e].b1 - sg[e].b0;
+		const uint8_t *codes = blk_codes(c, p, sg[e].b0);
+		size_t len = nb * c->ix->block_bytes;
 
-		advise_range(blk_codes(c, p, sg[e].b0),
-		    nb * c->ix->block_bytes);
+		if (c->ix->file.residency &&
+		    tq_map_resident(codes, codes + len))
+			continue;
+		advise_range(codes, len);
 		if (p->fach != NULL)
 			advise_range(p->fach + (sg[e].b0 - p->block0) *
 			    TQ_FACH_BLOCK, nb * TQ_FACH_BLOCK);

@@ -75,7 +75,9 @@ willneed() {
 	    --oversample 4 --threads 1 -i "$F/q.bin" "$F/i.tqi" >small.tsv
 	cmp free.tsv small.tsv
 	[ "$(willneed free.trace)" -eq 0 ]
-	# 5 queries: 8 lists' codes and factors and 40 originals each.
+	# 5 queries: 40 originals each, and of their 8 lists the codes and
+	# factors of those not in memory at both ends (the kernel's own
+	# read-ahead at open often brings this small file's codes in).
 	[ "$(willneed small.trace)" -ge 200 ]
 	# Every range asked for is mapped: compact factors (FACH, the
 	# default) are read ahead where they are.

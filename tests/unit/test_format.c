@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -313,6 +314,50 @@ test_f16(void)
 	CHECK(fabsf(tq_f16_to_f32(tq_f32_to_f16(0.1f)) - 0.1f) < 1e-4f);
 }
 
+/*
+ * tq_map_resident: a range whose ends are out of the page cache is not in
+ * memory, one read whole is.  (Where the file system keeps its pages, as
+ * tmpfs does, only the second is checked.)
+ */
+static void
+test_resident(void)
+{
+	char path[512];
+	long pg = sysconf(_SC_PAGESIZE);
+	size_t len = 32 * (size_t)pg;
+	uint8_t *b = malloc(len), *m;
+	unsigned char v[32];
+	volatile uint8_t sum = 0;
+	int fd, all_out = 1;
+
+	path_in(path, sizeof(path), "resident");
+	memset(b, 7, len);
+	spit(path, b, len);
+	CHECK((fd = open(path, O_RDONLY)) >= 0);
+	CHECK(fdatasync(fd) == 0 || errno == EINVAL);
+	(void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+	m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+	CHECK(m != MAP_FAILED);
+	CHECK(mincore(m, len, v) == 0);
+	for (int i = 0; i < 32; i++)
+		all_out &= !(v[i] & 1);
+	if (all_out)
+		CHECK(!tq_map_resident(m, m + len));
+	else
+		printf("# the page cache of %s stays: only the read case\n",
+		    dir);
+	for (size_t i = 0; i < len; i += (size_t)pg)
+		sum += m[i];
+	CHECK(tq_map_resident(m, m + len));
+	CHECK(tq_map_resident(m + 5, m + 6));
+	CHECK(!tq_map_resident(m + 6, m + 6));
+	CHECK(!tq_map_resident(NULL, m));
+	(void)sum;
+	munmap(m, len);
+	close(fd);
+	free(b);
+}
+
 int
 main(void)
 {
@@ -325,6 +370,7 @@ main(void)
 	test_payload_and_truncation();
 	test_atomic();
 	test_f16();
+	test_resident();
 	{
 		char cmd[300];
 
