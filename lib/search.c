@@ -262,17 +262,32 @@ round_even(float x)
  * (in the kernels' order) and levels lev: per field the offset o_f and
  * the 16 sums, each an exact integer in [0, TQ_LUT4_MAX].  Returns dotoff.
  *
- * 1 bit: an entry is the entry without its lowest set bit plus that
- * bit's value.  2 bits: coordinate t's term o_t + r_t * level, with o_t =
- * lmax * max(0, -r_t), is |r_t| times the level (r_t >= 0) or times lmax
- * less the level (r_t < 0), at most 63; entry v is coordinate 0's term
- * for level v % 4 plus coordinate 1's for level v / 4.  So eight entries
- * at a time are |r_0| times a word of levels, [l0 l1 l2 l3 l0 l1 l2 l3],
- * plus |r_1| times [l0 l0 l0 l0 l1 l1 l1 l1] (then l2, l3), each byte at
- * most 126: no carry crosses a byte.  Byte by byte, the tables of 784
- * coordinates took 12.3 us, against 3.7 so and 1.6 for the dot form's
- * row alone (a microbenchmark, thread CPU time, best of five).
+ * Coordinate t's term o_t + r_t * level, with o_t = lmax * max(0, -r_t),
+ * is |r_t| times the level (r_t >= 0) or times lmax less the level (r_t
+ * < 0).  2 bits: each term at most 63; entry v is coordinate 0's term for
+ * level v % 4 plus coordinate 1's for level v / 4.  So eight entries at a
+ * time are |r_0| times a word of levels, [l0 l1 l2 l3 l0 l1 l2 l3], plus
+ * |r_1| times [l0 l0 l0 l0 l1 l1 l1 l1] (then l2, l3), each byte at most
+ * 126: no carry crosses a byte.  1 bit: four coordinates, bit t of the
+ * entry the level of coordinate t, each term at most 31.  Byte by byte,
+ * the 2-bit tables of 784 coordinates took 12.3 us, against 3.7 so and
+ * 1.6 for the dot form's row alone (a microbenchmark, thread CPU time,
+ * best of five).
  */
+/*
+ * |r| times the level word w[r < 0], without a branch (the signs of a
+ * query's coordinates are a coin toss each); adds |r| to *neg if r < 0.
+ */
+static inline uint64_t
+small_term(int r, const uint64_t w[2], uint32_t *neg)
+{
+	uint32_t n = (uint32_t)r >> 31;
+	uint32_t a = ((uint32_t)r ^ (0u - n)) + n;
+
+	*neg += a & (0u - n);
+	return (uint64_t)a * w[n];
+}
+
 static uint32_t
 small_tables(const struct tq_quantizer *q, const int8_t *q8,
     const uint8_t *lev, int lmax, uint8_t *lut)
@@ -287,6 +302,7 @@ small_tables(const struct tq_quantizer *q, const int8_t *q8,
 		 * in every byte less the word, no byte below 0.
 		 */
 		const uint64_t all = (uint64_t)lmax * 0x0101010101010101u;
+		const uint64_t one_word[2] = { 1, 1 };
 		uint64_t rep[2] = { 0 }, lo01[2] = { 0 }, hi23[2] = { 0 };
 
 		for (v = 0; v < 8; v++) {
@@ -300,12 +316,10 @@ small_tables(const struct tq_quantizer *q, const int8_t *q8,
 		for (f = 0; f < q->nfields; f++) {
 			const int8_t *g = q8 + (size_t)f * 2 - f % 4;
 			uint8_t *out = lut + (size_t)f * 16;
-			int r0 = g[0], r1 = g[4];
-			unsigned n0 = r0 < 0, n1 = r1 < 0;
-			uint64_t a0 = (uint64_t)(n0 ? -r0 : r0);
-			uint64_t a1 = (uint64_t)(n1 ? -r1 : r1);
-			uint64_t base = a0 * rep[n0], w0, w1;
+			uint32_t neg = 0, n1 = (uint32_t)(g[4] < 0);
+			uint64_t base = small_term(g[0], rep, &neg), a1, w0, w1;
 
+			a1 = small_term(g[4], one_word, &neg);
 			w0 = base + a1 * lo01[n1];
 			w1 = base + a1 * hi23[n1];
 #if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
@@ -317,26 +331,56 @@ small_tables(const struct tq_quantizer *q, const int8_t *q8,
 				out[8 + v] = (uint8_t)(w1 >> 8 * v);
 			}
 #endif
-			dotoff += (uint32_t)(n0 ? a0 : 0) * (uint32_t)lmax +
-			    (uint32_t)(n1 ? a1 : 0) * (uint32_t)lmax;
+			dotoff += neg * (uint32_t)lmax;
 		}
 		return dotoff;
 	}
-	for (f = 0; f < q->nfields; f++) {
-		const int8_t *g = q8 + (size_t)(f - f % 4) * 4 + f % 4;
-		uint8_t *out = lut + (size_t)f * 16;
-		int r[4], o = 0;
+	{
+		/*
+		 * 1 bit, the same way: coordinate t of a field is bit t of
+		 * the entry, its term |r_t| times the level of that bit (r_t
+		 * >= 0) or lmax less it; each at most 31, four at most 124.
+		 * Level words of bits 0, 1 and 2 serve both halves of the
+		 * table, bit 3 is level 0 in the first half, 1 in the second.
+		 */
+		const uint64_t all = (uint64_t)lmax * 0x0101010101010101u;
+		const uint64_t one = 0x0101010101010101u;
+		const uint64_t one_word[2] = { 1, 1 };
+		uint64_t bw[3][2], b3[2][2];
 
-		/* lev[1]: level 1 of every plane (1; 0 if the codebook is flat). */
-		for (t = 0; t < 4; t++) {
-			r[t] = g[4 * t] * lev[1];
-			o += g[4 * t] < 0 ? -g[4 * t] * lmax : 0;
+		for (t = 0; t < 3; t++) {
+			bw[t][0] = 0;
+			for (v = 0; v < 8; v++)
+				bw[t][0] |= (uint64_t)lev[v >> t & 1] << 8 * v;
+			bw[t][1] = all - bw[t][0];
 		}
-		out[0] = (uint8_t)o;
-		for (v = 1; v < 16; v++)
-			out[v] = (uint8_t)(out[v & (v - 1)] +
-			    r[__builtin_ctz(v)]);
-		dotoff += (uint32_t)o;
+		b3[0][0] = lev[0] * one;
+		b3[0][1] = lev[1] * one;
+		b3[1][0] = all - b3[0][0];
+		b3[1][1] = all - b3[0][1];
+		for (f = 0; f < q->nfields; f++) {
+			const int8_t *g = q8 + (size_t)(f - f % 4) * 4 + f % 4;
+			uint8_t *out = lut + (size_t)f * 16;
+			uint32_t neg = 0, n3 = (uint32_t)(g[12] < 0);
+			uint64_t base, a3, w0, w1;
+
+			base = small_term(g[0], bw[0], &neg) +
+			    small_term(g[4], bw[1], &neg) +
+			    small_term(g[8], bw[2], &neg);
+			a3 = small_term(g[12], one_word, &neg);
+			w0 = base + a3 * b3[n3][0];
+			w1 = base + a3 * b3[n3][1];
+			dotoff += neg * (uint32_t)lmax;
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+			memcpy(out, &w0, 8);
+			memcpy(out + 8, &w1, 8);
+#else
+			for (v = 0; v < 8; v++) {
+				out[v] = (uint8_t)(w0 >> 8 * v);
+				out[8 + v] = (uint8_t)(w1 >> 8 * v);
+			}
+#endif
+		}
 	}
 	return dotoff;
 }
@@ -369,7 +413,27 @@ lut_build_dot(const struct tq_quantizer *q, const float *rq,
 	uint8_t c7[16];
 	unsigned v, p;
 
-	for (f = 0; f < q->dim; f++)
+#if defined(__SSE2__)
+	{
+		/* maxps gives its second operand for NaN: skipped, as below. */
+		const __m128 absm = _mm_castsi128_ps(_mm_set1_epi32(0x7fffffff));
+		__m128 m0 = _mm_setzero_ps(), m1 = m0;
+		float l[8];
+
+		for (; f + 8 <= q->dim; f += 8) {
+			m0 = _mm_max_ps(_mm_and_ps(_mm_loadu_ps(rq + f), absm),
+			    m0);
+			m1 = _mm_max_ps(_mm_and_ps(_mm_loadu_ps(rq + f + 4),
+			    absm), m1);
+		}
+		_mm_storeu_ps(l, m0);
+		_mm_storeu_ps(l + 4, m1);
+		for (v = 0; v < 8; v++)
+			if (l[v] > m)
+				m = l[v];
+	}
+#endif
+	for (; f < q->dim; f++)
 		if (fabsf(rq[f]) > m)
 			m = fabsf(rq[f]);
 	inv = m > 0.0f ? (float)qmax / m : 1.0f;
