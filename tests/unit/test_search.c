@@ -107,6 +107,15 @@ test_topk(void)
 				if (adm != (h.len != len || h.key[0] != root ||
 				    h.id[0] != rid))
 					ok = 0;
+				/* A heap: no entry better than its parent. */
+				for (uint32_t e = 1; e < h.len; e++) {
+					struct pair a = { h.key[(e - 1) / 2],
+					    h.id[(e - 1) / 2] }, b = { h.key[e],
+					    h.id[e] };
+
+					if (cmp_pair(&a, &b) < 0)
+						ok = 0;
+				}
 			}
 			CHECK(ok);
 			tq_topk_sort(&h);
