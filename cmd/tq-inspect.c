@@ -204,6 +204,7 @@ print_cpu(void)
 	printf("cpu: %s\n", tq_cpu_features());
 	printf("kernel: %s\n", tq_kernel_name());
 	printf("list-filter: %s\n", tq_list_filter_name());
+	printf("single-list-filter: %s\n", tq_single_filter_name());
 	printf("blas: %s\n", bi.library);
 	printf("blas-core: %s", bi.core != NULL ? bi.core : "unknown");
 	/* Set by cmd_init when it re-ran the program with a wider core. */

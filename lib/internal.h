@@ -1108,6 +1108,11 @@ void tq_bf16_gemm_avx512(const uint32_t *x, size_t m, const void *cent,
     uint32_t nl, uint32_t k2, float *s, size_t lds);
 void tq_bf16_gemv_avx512(const uint32_t *x, const void *cent, uint32_t nl,
     uint32_t k2, float *s);
+/* The same row and one-row products without AVX512_BF16 (near_fma.c). */
+void tq_bf16_row_portable(const float *x, uint32_t dim, uint32_t *out,
+    double *rn, double *dn);
+void tq_bf16_gemv_avx2(const uint32_t *x, const void *cent, uint32_t nl,
+    uint32_t k2, float *s);
 /*
  * Puts a row's k2 words (row NULL: zeros) as list o of gemm's blocks of
  * 16 lists (word k at block o / 16, vector k, lane o % 16).
@@ -1119,6 +1124,16 @@ void tq_bf16_place(uint32_t *blocks, uint32_t k2, size_t o,
  * NULL: the filter is sgemm's.
  */
 const struct tq_bf16_kernel *tq_bf16_kernel(void);
+/*
+ * The filter for one row at a time (gemv and row, gemm possibly NULL):
+ * tq_bf16_kernel's, else, at a chosen level of AVX2 or above, the AVX2
+ * and FMA products of near_fma.c; NULL under TQ_LIST_FILTER=sgemm or at
+ * the scalar level.  TQ_LIST_FILTER=fma asks for near_fma.c's even where
+ * there is AVX512_BF16 (for comparisons).
+ */
+const struct tq_bf16_kernel *tq_bf16_single_kernel(void);
+/* near_fma.c's set where the CPU can run it, whatever is chosen; or NULL. */
+const struct tq_bf16_kernel *tq_bf16_fma_kernel(void);
 
 /*
  * A row times a block-diagonal matrix (lib/kern/dot_scalar.c): nb square

@@ -71,7 +71,7 @@ bf16_release(struct tq_ivf *v)
 static void
 bf16_pack(struct tq_ivf *v, uint32_t dim)
 {
-	const struct tq_bf16_kernel *bk = tq_bf16_kernel();
+	const struct tq_bf16_kernel *bk = tq_bf16_single_kernel();
 	uint32_t k2 = (dim + 1) / 2, nlp;
 	uint32_t *row, *w;
 
@@ -119,6 +119,14 @@ const char *
 tq_list_filter_name(void)
 {
 	return tq_bf16_kernel() != NULL ? "bf16" : "sgemm";
+}
+
+const char *
+tq_single_filter_name(void)
+{
+	const struct tq_bf16_kernel *b = tq_bf16_single_kernel();
+
+	return b == NULL ? "f32" : b->gemm != NULL ? "bf16" : "bf16-fma";
 }
 
 void
@@ -427,7 +435,7 @@ static const struct tq_bf16_kernel *
 single_filter(const struct tq_ivf *cv, uint32_t dim)
 {
 	struct tq_ivf *v = (struct tq_ivf *)(uintptr_t)cv;
-	const struct tq_bf16_kernel *bk = tq_bf16_kernel();
+	const struct tq_bf16_kernel *bk = tq_bf16_single_kernel();
 
 	if (bk == NULL || cv->nlist < BF16_MIN_LISTS)
 		return NULL;
@@ -486,7 +494,8 @@ nearest_rows(const struct tq_ivf *v, uint32_t dim, const float *x,
 	 * loads with: the filter halves them whatever p.
 	 */
 	const struct tq_bf16_kernel *bfk = p == 1 && n >= NEAR_BLAS_MIN &&
-	    bf16_ready(v, dim) ? tq_bf16_kernel() : NULL, *b1 = NULL;
+	    tq_bf16_kernel() != NULL && bf16_ready(v, dim) ? tq_bf16_kernel() :
+	    NULL, *b1 = NULL;
 	/* At most NEAR_ROWS rows, and about 64 MiB of scores, at a time. */
 	size_t rb = ((size_t)16 << 20) / (bfk != NULL ? v->bfnl : nl), rb6;
 

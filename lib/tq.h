@@ -1051,6 +1051,15 @@ const char *tq_cpu_features(void);
  * Static.
  */
 const char *tq_list_filter_name(void);
+/*
+ * The filter that rules out the lists of a single query (a search of one
+ * row, after the first 64 such in a process): "bf16" (as above), "bf16-fma"
+ * (the same bf16 values multiplied by AVX2 FMA, on a CPU without
+ * AVX512_BF16 or under TQ_LIST_FILTER=fma) or "f32" (none: every centroid
+ * in the fixed order, at kernel level scalar or under
+ * TQ_LIST_FILTER=sgemm).  Each gives the same lists.  Static.
+ */
+const char *tq_single_filter_name(void);
 
 /* ------------------------------------------------------------------------ */
 /* BLAS                                                                      */

@@ -27,6 +27,8 @@
  * products (near_bf16.c, TQ_HAVE_BF16), offered by tq_bf16_kernel to a
  * CPU with AVX512_BF16 when the chosen level is AVX-512 or AMX.  Its sums
  * are not the fixed order's; they only filter, within a bound (ivf.c).
+ * For one row at a time a CPU without it has near_fma.c's (TQ_HAVE_FMA,
+ * tq_bf16_single_kernel) from the AVX2 level up.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -153,9 +155,10 @@ static const struct {
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 /*
  * TQ_LIST_FILTER=sgemm turns the bf16 filter off (for comparisons, and
- * for CPUs where it would be slower; it never changes a result).
+ * for CPUs where it would be slower; it never changes a result); =fma
+ * keeps only near_fma.c's one-row products (for comparisons).
  */
-static int bf16_off;
+static int bf16_off, fma_only;
 static unsigned cpu_have;
 static char cpu_names[128];
 static size_t chosen = NKERNELS - 1;
@@ -283,6 +286,7 @@ init(void)
 	chosen = i < NKERNELS ? i : NKERNELS - 1;
 	isa = getenv("TQ_LIST_FILTER");
 	bf16_off = isa != NULL && strcmp(isa, "sgemm") == 0;
+	fma_only = isa != NULL && strcmp(isa, "fma") == 0;
 }
 
 const struct tq_kernels *
@@ -319,12 +323,38 @@ tq_bf16_kernel(void)
 	    tq_bf16_gemm_avx512, tq_bf16_gemv_avx512 };
 
 	/* Under a cap below AVX-512 (TQ_ISA), none. */
-	if ((cpu_have & F_AVX512BF16) && !bf16_off &&
+	if ((cpu_have & F_AVX512BF16) && !bf16_off && !fma_only &&
 	    (strcmp(name, "avx512") == 0 || strcmp(name, "amx") == 0))
 		return &avx512;
 #endif
 	(void)name;
 	return NULL;
+}
+
+const struct tq_bf16_kernel *
+tq_bf16_fma_kernel(void)
+{
+	pthread_once(&once, init);
+#ifdef TQ_HAVE_FMA
+	static const struct tq_bf16_kernel fma = { tq_bf16_row_portable, NULL,
+	    tq_bf16_gemv_avx2 };
+
+	if ((cpu_have & (F_AVX2 | F_FMA)) == (F_AVX2 | F_FMA))
+		return &fma;
+#endif
+	return NULL;
+}
+
+const struct tq_bf16_kernel *
+tq_bf16_single_kernel(void)
+{
+	const struct tq_bf16_kernel *b = tq_bf16_kernel();
+
+	if (b != NULL)
+		return b;
+	if (bf16_off || strcmp(tq_kernels()->name, "scalar") == 0)
+		return NULL;
+	return tq_bf16_fma_kernel();
 }
 
 int

@@ -172,7 +172,14 @@ tq_bf16_gemm_avx512(const uint32_t *x, size_t m, const void *cent,
  * blocks (64 lists) at a time, pairs k and k + 1 in two sets of
  * accumulators so that eight chains of vdpbf16ps overlap; the two sets
  * are added at the end, one more order of the sum that the bound covers.
+ * The accumulators are named, not an array, so that they stay in
+ * registers (an array went through the stack on every step).
  */
+#define GEMV_STEP(a, b, v) do {						\
+	a = _mm512_dpbf16_ps(a, x0, (__m512bh)_mm512_load_si512(v));	\
+	b = _mm512_dpbf16_ps(b, x1, (__m512bh)_mm512_load_si512((v) + 1)); \
+} while (0)
+
 void
 tq_bf16_gemv_avx512(const uint32_t *x, const void *cent, uint32_t nl,
     uint32_t k2, float *s)
@@ -180,36 +187,36 @@ tq_bf16_gemv_avx512(const uint32_t *x, const void *cent, uint32_t nl,
 	const __m512i *c = cent;
 
 	for (uint32_t l0 = 0; l0 < nl; l0 += TQ_BF16_LISTS) {
-		const __m512i *cp = c + (size_t)(l0 / 16) * k2;
-		__m512 a[4], b[4];
+		const __m512i *c0 = c + (size_t)(l0 / 16) * k2, *c1 = c0 + k2;
+		const __m512i *c2 = c1 + k2, *c3 = c2 + k2;
+		__m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+		__m512 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
 		uint32_t k = 0;
-		int j;
 
-		for (j = 0; j < 4; j++)
-			a[j] = b[j] = _mm512_setzero_ps();
 		for (; k + 2 <= k2; k += 2) {
 			__m512bh x0 = (__m512bh)_mm512_set1_epi32((int)x[k]);
 			__m512bh x1 = (__m512bh)_mm512_set1_epi32((int)x[k + 1]);
 
-			for (j = 0; j < 4; j++) {
-				const __m512i *v = cp + (size_t)j * k2 + k;
-
-				a[j] = _mm512_dpbf16_ps(a[j], x0,
-				    (__m512bh)_mm512_load_si512(v));
-				b[j] = _mm512_dpbf16_ps(b[j], x1,
-				    (__m512bh)_mm512_load_si512(v + 1));
-			}
+			GEMV_STEP(a0, b0, c0 + k);
+			GEMV_STEP(a1, b1, c1 + k);
+			GEMV_STEP(a2, b2, c2 + k);
+			GEMV_STEP(a3, b3, c3 + k);
 		}
 		if (k < k2) {
 			__m512bh x0 = (__m512bh)_mm512_set1_epi32((int)x[k]);
 
-			for (j = 0; j < 4; j++)
-				a[j] = _mm512_dpbf16_ps(a[j], x0, (__m512bh)
-				    _mm512_load_si512(cp + (size_t)j * k2 + k));
+			a0 = _mm512_dpbf16_ps(a0, x0,
+			    (__m512bh)_mm512_load_si512(c0 + k));
+			a1 = _mm512_dpbf16_ps(a1, x0,
+			    (__m512bh)_mm512_load_si512(c1 + k));
+			a2 = _mm512_dpbf16_ps(a2, x0,
+			    (__m512bh)_mm512_load_si512(c2 + k));
+			a3 = _mm512_dpbf16_ps(a3, x0,
+			    (__m512bh)_mm512_load_si512(c3 + k));
 		}
-		for (j = 0; j < 4; j++)
-			_mm512_storeu_ps(s + l0 + 16 * j,
-			    _mm512_add_ps(a[j], b[j]));
+		_mm512_storeu_ps(s + l0, _mm512_add_ps(a0, b0));
+		_mm512_storeu_ps(s + l0 + 16, _mm512_add_ps(a1, b1));
+		_mm512_storeu_ps(s + l0 + 32, _mm512_add_ps(a2, b2));
+		_mm512_storeu_ps(s + l0 + 48, _mm512_add_ps(a3, b3));
 	}
 }
-

@@ -86,13 +86,27 @@ section_offset() { tq sections "$1" | awk -v t="$2" '$1 == t { print $2 }'; }
 	then
 		[[ "$output" == *"list-filter: bf16"* ]] || { show; false; }
 	fi
+	[[ "$output" =~ single-list-filter:\ (bf16|bf16-fma|f32) ]] ||
+	    { show; false; }
+	if [[ "$output" == *" avx2 "* && "$output" == *" fma "* ]]; then
+		TQ_ISA=avx2 run --separate-stderr "$TQ_BIN/tq-inspect" --cpu
+		[[ "$output" == *"single-list-filter: bf16-fma"* ]] ||
+		    { show; false; }
+		TQ_LIST_FILTER=fma run --separate-stderr "$TQ_BIN/tq-inspect" \
+		    --cpu
+		[[ "$output" == *"list-filter: sgemm"* ]] || { show; false; }
+		[[ "$output" == *"single-list-filter: bf16-fma"* ]] ||
+		    { show; false; }
+	fi
 	TQ_ISA=scalar run --separate-stderr "$TQ_BIN/tq-inspect" --cpu
 	assert_status 0
 	[[ "$output" == *scalar* ]] || { show; false; }
 	[[ "$output" == *"list-filter: sgemm"* ]] || { show; false; }
+	[[ "$output" == *"single-list-filter: f32"* ]] || { show; false; }
 	TQ_LIST_FILTER=sgemm run --separate-stderr "$TQ_BIN/tq-inspect" --cpu
 	assert_status 0
 	[[ "$output" == *"list-filter: sgemm"* ]] || { show; false; }
+	[[ "$output" == *"single-list-filter: f32"* ]] || { show; false; }
 }
 
 @test "a flipped byte in each payload: --verify exit 1 naming the section" {

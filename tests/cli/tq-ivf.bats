@@ -217,6 +217,31 @@ print([s["offset"] for s in d["sections"] if s["tag"] == "LIST"][0])')
 	cmp avx2-1.tqi off.tqi
 }
 
+@test "80 lists: single queries get the same lists through every list filter" {
+	# From a process's 65th single query on, its lists are first ruled
+	# out by products in bf16 (tq-inspect --cpu: single-list-filter: bf16
+	# with AVX512_BF16, bf16-fma with AVX2, f32 below or under
+	# TQ_LIST_FILTER=sgemm) and the rest scored in the fixed order: the
+	# same lists, so the same results, for 500 queries one at a time.
+	"$TQ_BIN/tq-fit" -i "$F/c.bin" --lists 80 -o l2.tqq
+	"$TQ_BIN/tq-build" -q l2.tqq -o l2.tqi "$F/c.bin"
+	"$TQ_BIN/tq-fit" -i "$F/c.bin" -m cosine --lists 80 -o cos.tqq
+	"$TQ_BIN/tq-build" -q cos.tqq -o cos.tqi "$F/c.bin"
+	run env TQ_LIST_FILTER=sgemm "$TQ_BIN/tq-inspect" --cpu
+	[[ "$output" == *"single-list-filter: f32"* ]] || { show; false; }
+	for ix in l2 cos; do
+		TQ_LIST_FILTER=sgemm "$TQ_BIN/tq-search" -k 5 --probes 3 \
+		    --batch 1 -i "$F/b.bin" $ix.tqi >$ix-f32.tsv
+		[ "$(wc -l <$ix-f32.tsv)" -eq 2500 ]
+		for mode in TQ_LIST_FILTER=fma TQ_ISA=avx2 TQ_ISA=scalar \
+		    TQ_UNSET=1; do
+			env $mode "$TQ_BIN/tq-search" -k 5 --probes 3 --batch 1 \
+			    -i "$F/b.bin" $ix.tqi >$ix-$mode.tsv
+			cmp $ix-f32.tsv $ix-$mode.tsv
+		done
+	done
+}
+
 @test "narrow structured rotations: same bytes and results with every kernel (TQ_ISA)" {
 	# d = 61, blocks of 7: 5 blocks of 9 and 2 of 8; d = 100, blocks of
 	# 28: 4 of 25.  Five rounds, each through the rowa kernels.

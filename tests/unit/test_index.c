@@ -1235,13 +1235,20 @@ test_bf16_filter(void)
 	uint32_t *xb = calloc(m * k2, 4), *cb = NULL;
 	int ok = 1;
 
+	/* near_fma.c's row rounds as near_bf16.c's. */
+	for (int gi = 0; gi < 2; gi++) {
+		const struct tq_bf16_kernel *r = gi ? tq_bf16_fma_kernel() : g;
+
+		if (r == NULL)
+			continue;
+		for (uint32_t i = 0; i < m; i++)
+			for (uint32_t d = 1; d <= dim; d += 4)	/* tails */
+				bf16_row_case(r, x + i * dim, d);
+	}
 	if (g == NULL) {
 		printf("# no bf16 filter on this CPU (or under TQ_ISA)\n");
 		goto done;
 	}
-	for (uint32_t i = 0; i < m; i++)
-		for (uint32_t d = 1; d <= dim; d += 4)	/* tails, odd dims */
-			bf16_row_case(g, x + i * dim, d);
 	{
 		/*
 		 * Ties to even both ways, the largest finite, infinities,
@@ -1256,6 +1263,10 @@ test_bf16_filter(void)
 		memcpy(sp, bits, sizeof(sp));
 		bf16_row_case(g, sp, 14);
 		bf16_row_case(g, sp, 13);
+		if (tq_bf16_fma_kernel() != NULL) {
+			bf16_row_case(tq_bf16_fma_kernel(), sp, 14);
+			bf16_row_case(tq_bf16_fma_kernel(), sp, 13);
+		}
 	}
 	CHECK(posix_memalign((void **)&cb, 64, (size_t)nl * k2 * 4) == 0);
 	ref_bf16_rows(x, m, dim, xb);
@@ -1341,11 +1352,16 @@ test_bf16_gemm_sizes(void)
 {
 	static const uint32_t dims[] = { 1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32,
 	    33, 64, 65, 100, 385 };
-	const struct tq_bf16_kernel *g = tq_bf16_kernel();
+	/* AVX512_BF16's (gemm and gemv), and AVX2 FMA's (gemv). */
+	const struct tq_bf16_kernel *gs[2] = { tq_bf16_kernel(),
+	    tq_bf16_fma_kernel() };
 	int ok = 1;
 
+	for (int gi = 0; gi < 2; gi++) {
+	const struct tq_bf16_kernel *g = gs[gi];
+
 	if (g == NULL)
-		return;
+		continue;
 	for (size_t di = 0; di < sizeof(dims) / sizeof(dims[0]); di++)
 		for (uint32_t nl = 64; nl <= 192; nl += 128)
 			for (uint32_t m = 6; m <= 18; m += 12) {
@@ -1366,8 +1382,10 @@ test_bf16_gemm_sizes(void)
 				ref_bf16_blocks(c, nl, dim, cb);
 				for (int t = 0; t < 16; t++)
 					s[(size_t)m * nl + t] = 12345.0f;
-				g->gemm(xb, m, cb, nl, k2, s, nl);
-				ok &= sums_ok(x, c, m, nl, dim, s, gb);
+				if (g->gemm != NULL) {
+					g->gemm(xb, m, cb, nl, k2, s, nl);
+					ok &= sums_ok(x, c, m, nl, dim, s, gb);
+				}
 				/* The one-row kernel, row by row. */
 				for (uint32_t i = 0; i < m; i++)
 					g->gemv(xb + (size_t)i * k2, cb, nl, k2,
@@ -1386,6 +1404,7 @@ test_bf16_gemm_sizes(void)
 					break;
 				}
 			}
+	}
 	CHECK(ok);
 }
 

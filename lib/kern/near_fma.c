@@ -1,0 +1,115 @@
+/*
+ * near_fma.c - the IVF list filter's one-row products in bf16 on a CPU
+ * without AVX512_BF16 (AVX2 and FMA).
+ *
+ * The layout and the rounding are near_bf16.c's: a row is k2 =
+ * ceil(dim / 2) words, each a pair of bf16; the centroids come in blocks
+ * of 16 lists, k2 vectors of 16 words.  Without vdpbf16ps a pair is
+ * widened here: a bf16 is the high half of a float, so a word shifted
+ * left by 16 is the pair's first value and the word with its low half
+ * cleared the second.  A product of two bf16 is exact in float and each
+ * FMA rounds once, so the sum is within the bound ivf.c takes for
+ * vdpbf16ps (bf16_bound: any order, a faithful rounding of each add); and
+ * nothing is flushed, which only makes it closer.  Half the bytes of the
+ * f32 centroids, as with vdpbf16ps: a single query's lists at 10M rows
+ * are 3162 centroids of 768, 4.9 MB in bf16.
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* x rounded to bf16 as near_bf16.c rounds it (its high half as a word). */
+static uint32_t
+bf16_bits(float x)
+{
+	uint32_t u, a;
+
+	memcpy(&u, &x, 4);
+	a = u & 0x7fffffffu;
+	if (a > 0x7f800000u)		/* NaN: kept, quiet */
+		return (u | 0x400000u) & 0xffff0000u;
+	if ((u & 0x7f800000u) == 0)	/* zero or below 2^-126: signed 0 */
+		return u & 0x80000000u;
+	/* To nearest, ties to even; past the largest, infinity. */
+	return (u + 0x7fffu + (u >> 16 & 1)) & 0xffff0000u;
+}
+
+void
+tq_bf16_row_portable(const float *x, uint32_t dim, uint32_t *out, double *rn,
+    double *dn)
+{
+	double r2 = 0.0, d2 = 0.0;
+	uint32_t k2 = (dim + 1) / 2;
+
+	memset(out, 0, (size_t)k2 * sizeof(*out));
+	for (uint32_t d = 0; d < dim; d++) {
+		uint32_t b = bf16_bits(x[d]);
+		float bf, e;
+
+		memcpy(&bf, &b, 4);
+		/* x - bf16(x) is exact in float: they share 16 bits. */
+		e = x[d] - bf;
+		r2 += (double)bf * (double)bf;
+		d2 += (double)e * (double)e;
+		out[d / 2] |= d % 2 ? b : b >> 16;
+	}
+	*rn = sqrt(r2);
+	*dn = sqrt(d2);
+}
+
+/*
+ * Four blocks (64 lists) at a time, eight lists a register: per pair,
+ * eight loads of 32 bytes, each widened to its two floats, and sixteen
+ * FMAs into eight chains (each takes the pair's two products in turn),
+ * the accumulators named so that they stay in registers.
+ */
+#define GEMV_STEP(a, off) do {						\
+	__m256i w = _mm256_load_si256((const __m256i *)(p + (off)));	\
+	a = _mm256_fmadd_ps(x0, _mm256_castsi256_ps(			\
+	    _mm256_slli_epi32(w, 16)), a);				\
+	a = _mm256_fmadd_ps(x1, _mm256_castsi256_ps(			\
+	    _mm256_and_si256(w, hi)), a);				\
+} while (0)
+
+void
+tq_bf16_gemv_avx2(const uint32_t *x, const void *cent, uint32_t nl,
+    uint32_t k2, float *s)
+{
+	const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
+	const size_t bs = (size_t)k2 * 16;	/* words a block */
+
+	for (uint32_t l0 = 0; l0 < nl; l0 += TQ_BF16_LISTS) {
+		const uint32_t *cp = (const uint32_t *)cent +
+		    (size_t)(l0 / 16) * bs;
+		__m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+		__m256 a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+
+		for (uint32_t k = 0; k < k2; k++) {
+			const uint32_t *p = cp + (size_t)k * 16;
+			__m256 x0 = _mm256_castsi256_ps(_mm256_set1_epi32(
+			    (int)(x[k] << 16)));
+			__m256 x1 = _mm256_castsi256_ps(_mm256_set1_epi32(
+			    (int)(x[k] & 0xffff0000u)));
+
+			/* Block b's lists 0-7 and 8-15, b = 0 .. 3. */
+			GEMV_STEP(a0, 0);
+			GEMV_STEP(a1, 8);
+			GEMV_STEP(a2, bs);
+			GEMV_STEP(a3, bs + 8);
+			GEMV_STEP(a4, 2 * bs);
+			GEMV_STEP(a5, 2 * bs + 8);
+			GEMV_STEP(a6, 3 * bs);
+			GEMV_STEP(a7, 3 * bs + 8);
+		}
+		_mm256_storeu_ps(s + l0, a0);
+		_mm256_storeu_ps(s + l0 + 8, a1);
+		_mm256_storeu_ps(s + l0 + 16, a2);
+		_mm256_storeu_ps(s + l0 + 24, a3);
+		_mm256_storeu_ps(s + l0 + 32, a4);
+		_mm256_storeu_ps(s + l0 + 40, a5);
+		_mm256_storeu_ps(s + l0 + 48, a6);
+		_mm256_storeu_ps(s + l0 + 56, a7);
+	}
+}
