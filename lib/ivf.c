@@ -340,64 +340,34 @@ scores_not_below(const struct tq_ivf *v, const float *si, float inv, int ip,
 }
 
 /*
- * The lists whose scores si may be the best; emax >= every E_o.  A first
- * pass in float keeps those within 2 emax of the best score (the others'
- * upper ends are below the best's lower end), and only they are bounded
- * one by one.
+ * The lists whose filter scores si may be among the p best, p = h->k (a
+ * heap of that many); emax >= every E_o.  With L the p-th largest of
+ * score - E_o, at least p lists have a fixed-order score of at least L,
+ * so each of the p best has one too, and a filter score of at least
+ * L - E_o: the others cannot be among them.  L is at least A - emax, with
+ * A the p-th largest filter score (for p = 1 the best, found four lists
+ * at a time), so a first pass in float keeps the lists within 2 emax of
+ * A (they hold the p largest score - E_o), and only they are bounded one
+ * by one.  The heap takes floats: each score - E_o rounded down.
  */
 static uint32_t
 bf16_candidates(const struct tq_ivf *v, const float *si, float inv, int ip,
-    const struct bfbound *b, double emax, uint32_t *cand)
-{
-	double thr = (double)best_score(v, si, inv, ip) - 2.0 * emax, lo;
-	double lim = -INFINITY;
-	/* Rounded down: a float not below it may be below thr. */
-	float tf = (float)thr;
-	uint32_t nc = 0, npre, o, t;
-
-	if ((double)tf > thr)
-		tf = nextafterf(tf, -INFINITY);
-	npre = scores_not_below(v, si, inv, ip, tf, cand);
-	for (t = 0; t < npre; t++) {
-		o = cand[t];
-		lo = (double)list_score(v, o, si[o], inv, ip) -
-		    bf16_err(v, b, o);
-		if (lo > lim)
-			lim = lo;
-	}
-	/* "Not below": NaN scores stay candidates (see nearest_rows). */
-	for (t = 0; t < npre; t++) {
-		o = cand[t];
-		if (!((double)list_score(v, o, si[o], inv, ip) +
-		    bf16_err(v, b, o) < lim))
-			cand[nc++] = o;
-	}
-	return nc;
-}
-
-/*
- * The lists that may be among the p best of a row whose filter scores
- * are si; emax >= every E_o.  With L the p-th largest of score - E_o, at
- * least p lists have a fixed-order score of at least L, so each of the p
- * best has one too, and a filter score of at least L - E_o.  L is at
- * least A - emax, with A the p-th largest filter score, so a first pass
- * in float keeps the lists within 2 emax of A (they hold the p largest
- * score - E_o), and only they are bounded one by one, as in
- * bf16_candidates.  The heap takes floats: each score - E_o rounded down.
- */
-static uint32_t
-bf16_top_candidates(const struct tq_ivf *v, const float *si, float inv,
-    int ip, const struct bfbound *b, double emax, struct tq_topk *h,
-    uint32_t *cand)
+    const struct bfbound *b, double emax, struct tq_topk *h, uint32_t *cand)
 {
 	uint32_t nl = v->nlist, nc = 0, npre, o, t;
-	double thr, lim;
+	double thr, lim = -INFINITY;
 	float tf;
 
-	tq_topk_reset(h);
-	for (o = 0; o < nl; o++)
-		tq_topk_push(h, list_score(v, o, si[o], inv, ip), o);
-	thr = (double)h->key[0] - 2.0 * emax;
+	if (h->k == 1) {
+		thr = (double)best_score(v, si, inv, ip);
+	} else {
+		tq_topk_reset(h);
+		for (o = 0; o < nl; o++)
+			tq_topk_push(h, list_score(v, o, si[o], inv, ip), o);
+		thr = (double)h->key[0];
+	}
+	thr -= 2.0 * emax;
+	/* Rounded down: a float not below it may be below thr. */
 	tf = (float)thr;
 	if ((double)tf > thr)
 		tf = nextafterf(tf, -INFINITY);
@@ -410,12 +380,18 @@ bf16_top_candidates(const struct tq_ivf *v, const float *si, float inv,
 		o = cand[t];
 		lo = (double)list_score(v, o, si[o], inv, ip) -
 		    bf16_err(v, b, o);
+		if (h->k == 1) {
+			if (lo > lim)
+				lim = lo;
+			continue;
+		}
 		f = (float)lo;
 		if ((double)f > lo)
 			f = nextafterf(f, -INFINITY);
 		tq_topk_push(h, f, o);
 	}
-	lim = (double)h->key[0];
+	if (h->k != 1)
+		lim = (double)h->key[0];
 	/* "Not below": NaN scores stay candidates (see nearest_rows). */
 	for (t = 0; t < npre; t++) {
 		o = cand[t];
@@ -465,7 +441,7 @@ single_rows(const struct tq_ivf *v, uint32_t dim,
 	bk->row(x, dim, xb, &rn, &dn);
 	bk->gemv(xb, v->bfc, v->bfnl, (dim + 1) / 2, s);
 	bf16_bound(v, dim, nx, rn, dn, inv, ip, &bb);
-	nc = bf16_top_candidates(v, s, inv, ip, &bb, (bb.ka * v->bfemax[0] +
+	nc = bf16_candidates(v, s, inv, ip, &bb, (bb.ka * v->bfemax[0] +
 	    bb.kb * v->bfemax[1] + bb.kc) * (1.0 + 0x1p-30), h, cand);
 	tq_topk_reset(h);
 	for (t = 0; t < nc; t++) {
@@ -603,7 +579,7 @@ nearest_rows(const struct tq_ivf *v, uint32_t dim, const float *x,
 				nc = bf16_candidates(v, si, inv, ip, &bb,
 				    (bb.ka * v->bfemax[0] + bb.kb *
 				    v->bfemax[1] + bb.kc) * (1.0 + 0x1p-30),
-				    cand);
+				    &h, cand);
 			} else {
 				/*
 				 * |sgemm - fixed order| <= 2 gamma |x| |c| for

@@ -288,6 +288,21 @@ small_term(int r, const uint64_t w[2], uint32_t *neg)
 	return (uint64_t)a * w[n];
 }
 
+/* A field's 16 table entries from two words, entry v in byte v % 8. */
+static inline void
+table_words(uint8_t *out, uint64_t w0, uint64_t w1)
+{
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	memcpy(out, &w0, 8);
+	memcpy(out + 8, &w1, 8);
+#else
+	for (unsigned v = 0; v < 8; v++) {
+		out[v] = (uint8_t)(w0 >> 8 * v);
+		out[8 + v] = (uint8_t)(w1 >> 8 * v);
+	}
+#endif
+}
+
 static uint32_t
 small_tables(const struct tq_quantizer *q, const int8_t *q8,
     const uint8_t *lev, int lmax, uint8_t *lut)
@@ -322,15 +337,7 @@ small_tables(const struct tq_quantizer *q, const int8_t *q8,
 			a1 = small_term(g[4], one_word, &neg);
 			w0 = base + a1 * lo01[n1];
 			w1 = base + a1 * hi23[n1];
-#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-			memcpy(out, &w0, 8);
-			memcpy(out + 8, &w1, 8);
-#else
-			for (v = 0; v < 8; v++) {
-				out[v] = (uint8_t)(w0 >> 8 * v);
-				out[8 + v] = (uint8_t)(w1 >> 8 * v);
-			}
-#endif
+			table_words(out, w0, w1);
 			dotoff += neg * (uint32_t)lmax;
 		}
 		return dotoff;
@@ -371,15 +378,7 @@ small_tables(const struct tq_quantizer *q, const int8_t *q8,
 			w0 = base + a3 * b3[n3][0];
 			w1 = base + a3 * b3[n3][1];
 			dotoff += neg * (uint32_t)lmax;
-#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-			memcpy(out, &w0, 8);
-			memcpy(out + 8, &w1, 8);
-#else
-			for (v = 0; v < 8; v++) {
-				out[v] = (uint8_t)(w0 >> 8 * v);
-				out[8 + v] = (uint8_t)(w1 >> 8 * v);
-			}
-#endif
+			table_words(out, w0, w1);
 		}
 	}
 	return dotoff;
