@@ -336,7 +336,7 @@ tq_bf16_fma_kernel(void)
 {
 	pthread_once(&once, init);
 #ifdef TQ_HAVE_FMA
-	static const struct tq_bf16_kernel fma = { tq_bf16_row_portable, NULL,
+	static const struct tq_bf16_kernel fma = { tq_bf16_row_avx2, NULL,
 	    tq_bf16_gemv_avx2 };
 
 	if ((cpu_have & (F_AVX2 | F_FMA)) == (F_AVX2 | F_FMA))

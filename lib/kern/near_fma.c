@@ -37,7 +37,7 @@ bf16_bits(float x)
 }
 
 void
-tq_bf16_row_portable(const float *x, uint32_t dim, uint32_t *out, double *rn,
+tq_bf16_row_avx2(const float *x, uint32_t dim, uint32_t *out, double *rn,
     double *dn)
 {
 	double r2 = 0.0, d2 = 0.0;
