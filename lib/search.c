@@ -258,23 +258,6 @@ round_even(float x)
 }
 
 /*
- * The small form's tables (internal.h, struct tq_lut) from its q8 row
- * (in the kernels' order) and levels lev: per field the offset o_f and
- * the 16 sums, each an exact integer in [0, TQ_LUT4_MAX].  Returns dotoff.
- *
- * Coordinate t's term o_t + r_t * level, with o_t = lmax * max(0, -r_t),
- * is |r_t| times the level (r_t >= 0) or times lmax less the level (r_t
- * < 0).  2 bits: each term at most 63; entry v is coordinate 0's term for
- * level v % 4 plus coordinate 1's for level v / 4.  So eight entries at a
- * time are |r_0| times a word of levels, [l0 l1 l2 l3 l0 l1 l2 l3], plus
- * |r_1| times [l0 l0 l0 l0 l1 l1 l1 l1] (then l2, l3), each byte at most
- * 126: no carry crosses a byte.  1 bit: four coordinates, bit t of the
- * entry the level of coordinate t, each term at most 31.  Byte by byte,
- * the 2-bit tables of 784 coordinates took 12.3 us, against 3.7 so and
- * 1.6 for the dot form's row alone (a microbenchmark, thread CPU time,
- * best of five).
- */
-/*
  * |r| times the level word w[r < 0], without a branch (the signs of a
  * query's coordinates are a coin toss each); adds |r| to *neg if r < 0.
  */
@@ -303,6 +286,23 @@ table_words(uint8_t *out, uint64_t w0, uint64_t w1)
 #endif
 }
 
+/*
+ * The small form's tables (internal.h, struct tq_lut) from its q8 row
+ * (in the kernels' order) and levels lev: per field the offset o_f and
+ * the 16 sums, each an exact integer in [0, TQ_LUT4_MAX].  Returns dotoff.
+ *
+ * Coordinate t's term o_t + r_t * level, with o_t = lmax * max(0, -r_t),
+ * is |r_t| times the level (r_t >= 0) or times lmax less the level (r_t
+ * < 0).  2 bits: each term at most 63; entry v is coordinate 0's term for
+ * level v % 4 plus coordinate 1's for level v / 4.  So eight entries at a
+ * time are |r_0| times a word of levels, [l0 l1 l2 l3 l0 l1 l2 l3], plus
+ * |r_1| times [l0 l0 l0 l0 l1 l1 l1 l1] (then l2, l3), each byte at most
+ * 126: no carry crosses a byte.  1 bit: four coordinates, bit t of the
+ * entry the level of coordinate t, each term at most 31.  Byte by byte,
+ * the 2-bit tables of 784 coordinates took 12.3 us, against 3.7 so and
+ * 1.6 for the dot form's row alone (a microbenchmark, thread CPU time,
+ * best of five).
+ */
 static uint32_t
 small_tables(const struct tq_quantizer *q, const int8_t *q8,
     const uint8_t *lev, int lmax, uint8_t *lut)
