@@ -246,7 +246,7 @@ scan_block4(const uint8_t *block, unsigned nfields, const uint8_t *lut,
 #define K4_STEP(i)							\
 	do {								\
 		if ((i) < nq) {						\
-			__m512i t_u8x64 = load_u8x64(lut[i] + lo + off); \
+			__m512i t_u8x64 = load_u8x64(lut[i] + base + off); \
 									\
 			lo##i = k4_add(&k, lo##i, l_u8x64, t_u8x64);	\
 			hi##i = k4_add(&k, hi##i, h_u8x64, t_u8x64);	\
@@ -260,8 +260,8 @@ scan_block4(const uint8_t *block, unsigned nfields, const uint8_t *lut,
 #define K4_STEP2(i)							\
 	do {								\
 		if ((i) < nq) {						\
-			__m512i t0_u8x64 = load_u8x64(lut[i] + lo + off); \
-			__m512i t1_u8x64 = load_u8x64(lut[i] + lo + off + \
+			__m512i t0_u8x64 = load_u8x64(lut[i] + base + off); \
+			__m512i t1_u8x64 = load_u8x64(lut[i] + base + off + \
 			    64);					\
 									\
 			lo##i = k4_add2(&k, lo##i, l0_u8x64, t0_u8x64,	\
@@ -280,7 +280,7 @@ scan_block4(const uint8_t *block, unsigned nfields, const uint8_t *lut,
 
 #define K4_LOAD(i)							\
 	do {								\
-		if ((i) < nq && lo > 0) {				\
+		if ((i) < nq && base > 0) {				\
 			lo##i = _mm512_loadu_si512((const void *)out[i]); \
 			hi##i = _mm512_loadu_si512(			\
 			    (const void *)(out[i] + 16));		\
@@ -288,12 +288,12 @@ scan_block4(const uint8_t *block, unsigned nfields, const uint8_t *lut,
 	} while (0)
 
 /*
- * Fields lo / 16 .. lo / 16 + nfields - 1 of a block (block points at
- * the first; lo is their byte offset in the tables) added to the sums in
- * out, which start at zero when lo is 0.
+ * Fields base / 16 .. base / 16 + nfields - 1 of a block (block points
+ * at the first; base is their byte offset in the block and the tables)
+ * added to the sums in out, which start at zero when base is 0.
  */
 static inline __attribute__((always_inline)) void
-scan_block4_multi(const uint8_t *block, unsigned nfields, size_t lo,
+scan_block4_multi(const uint8_t *block, unsigned nfields, size_t base,
     const uint8_t *const *lut, unsigned nq, uint32_t *const *out)
 {
 	const struct k4 k = k4_init();
@@ -483,7 +483,8 @@ tq_scan_avx512(const uint8_t *blocks, size_t nblocks, size_t block_bytes,
 /* One group size, for which scan_block4_multi is inlined with nq fixed. */
 #define MULTI_CASE(n)							\
 	case n:								\
-		scan_block4_multi(block + lo, nf, lo, luts + j, n, out); \
+		scan_block4_multi(block + base, nf, base, luts + j, n,	\
+		    out);						\
 		break
 
 /*
@@ -492,21 +493,22 @@ tq_scan_avx512(const uint8_t *blocks, size_t nblocks, size_t block_bytes,
  * its tables come from L2 once a call instead of once a block (the
  * blocks' codes, eight queries' worth fewer bytes than their tables, are
  * what L2 gives again); a lone query takes each block whole.  The sums are
- * integers: the same in any order.  Blocks outer and groups inner, as
- * before, 1-bit batches of 1000 queries, one thread, Zen 4 (alternated
- * runs): 100K x 1536 3100-3180 -> 3660-3735 QPS, Fashion-MNIST
- * 8210-8360 -> 9110-9410; groups outer without the runs of fields gave
- * 3540-3620 at 1536, runs of 64 fields 3430-3570.
+ * integers: the same in any order.  1-bit batches of 1000 queries, one
+ * thread, Zen 4, alternated runs, against every group over each block in
+ * turn (blocks outer): 100K x 1536 3100-3180 -> 3660-3735 QPS,
+ * Fashion-MNIST 8210-8360 -> 9110-9410; groups outer with whole blocks
+ * gave 3540-3620 at 1536, runs of 64 fields 3430-3570.
  */
 void
 tq_scan4x_avx512(const uint8_t *blocks, size_t nblocks, size_t block_bytes,
     unsigned nfields, const uint8_t *const *luts, unsigned nq,
     uint32_t *acc, size_t acc_stride)
 {
-	/* Runs of equal size, whole 64-byte steps (nfields is a multiple of 4). */
-	const unsigned runs = (nfields + MULTI_FIELDS - 1) / MULTI_FIELDS;
+	/* Runs of equal size in whole 64-byte steps (nfields: 4 k). */
+	const unsigned runs = nfields > MULTI_FIELDS ?
+	    (nfields + MULTI_FIELDS - 1) / MULTI_FIELDS : 1;
 	const unsigned step = ((nfields + runs - 1) / runs + 3) & ~3u;
-	size_t b, lo;
+	size_t b, base;
 	unsigned j, g, i, f0, nf;
 
 	for (j = 0; j < nq; j += g) {
@@ -520,7 +522,7 @@ tq_scan4x_avx512(const uint8_t *blocks, size_t nblocks, size_t block_bytes,
 		}
 		for (f0 = 0; f0 < nfields; f0 += nf) {
 			nf = nfields - f0 < step ? nfields - f0 : step;
-			lo = (size_t)f0 * 16;
+			base = (size_t)f0 * 16;
 			for (b = 0; b < nblocks; b++) {
 				const uint8_t *block = blocks + b * block_bytes;
 				uint32_t *out[MULTI_MAX];
@@ -536,8 +538,8 @@ tq_scan4x_avx512(const uint8_t *blocks, size_t nblocks, size_t block_bytes,
 				MULTI_CASE(6);
 				MULTI_CASE(7);
 				default:
-					scan_block4_multi(block + lo, nf, lo,
-					    luts + j, MULTI_MAX, out);
+					scan_block4_multi(block + base, nf,
+					    base, luts + j, MULTI_MAX, out);
 					break;
 				}
 			}
