@@ -488,16 +488,45 @@ tq_scan_avx512(const uint8_t *blocks, size_t nblocks, size_t block_bytes,
 /* One group size, for which scan_block4_multi is inlined with nq fixed. */
 #define MULTI_CASE(n)							\
 	case n:								\
-		scan_block4_multi(block + base, nf, base, luts + j, n,	\
-		    out);						\
+		scan_block4_multi(block, nf, base, luts, n, out);	\
 		break
+
+/*
+ * Fields base / 16 .. base / 16 + nf - 1 of every block for g (2..8)
+ * queries, whose tables are luts[0 .. g) and sums acc, acc_stride apart.
+ */
+static void
+scan_run4(const uint8_t *blocks, size_t nblocks, size_t block_bytes,
+    unsigned nf, size_t base, const uint8_t *const *luts, unsigned g,
+    uint32_t *acc, size_t acc_stride)
+{
+	for (size_t b = 0; b < nblocks; b++) {
+		const uint8_t *block = blocks + b * block_bytes + base;
+		uint32_t *out[MULTI_MAX];
+
+		for (unsigned i = 0; i < g; i++)
+			out[i] = acc + i * acc_stride + b * TQ_BLOCK;
+		switch (g) {
+		MULTI_CASE(2);
+		MULTI_CASE(3);
+		MULTI_CASE(4);
+		MULTI_CASE(5);
+		MULTI_CASE(6);
+		MULTI_CASE(7);
+		default:
+			scan_block4_multi(block, nf, base, luts, MULTI_MAX,
+			    out);
+			break;
+		}
+	}
+}
 
 /*
  * Each group of up to eight queries takes all the call's blocks before the
  * next group does, a run of at most MULTI_FIELDS fields at a time, so that
- * its tables come from L2 once a call instead of once a block (the
- * blocks' codes, eight queries' worth fewer bytes than their tables, are
- * what L2 gives again); a lone query takes each block whole.  The sums are
+ * its tables come from L2 once a call instead of once a block; what L2
+ * gives again instead is the blocks' codes, eight times fewer bytes than
+ * the group's tables.  A lone query takes each block whole.  The sums are
  * integers: the same in any order.  1-bit batches of 1000 queries, one
  * thread, Zen 4, alternated runs, against every group over each block in
  * turn (blocks outer): 100K x 1536 3100-3180 -> 3660-3735 QPS,
@@ -513,42 +542,24 @@ tq_scan4x_avx512(const uint8_t *blocks, size_t nblocks, size_t block_bytes,
 	const unsigned runs = nfields > MULTI_FIELDS ?
 	    (nfields + MULTI_FIELDS - 1) / MULTI_FIELDS : 1;
 	const unsigned step = ((nfields + runs - 1) / runs + 3) & ~3u;
-	size_t b, base;
-	unsigned j, g, i, f0, nf;
+	unsigned j, g, f0, nf;
 
 	for (j = 0; j < nq; j += g) {
 		g = nq - j < MULTI_MAX ? nq - j : MULTI_MAX;
 		if (g == 1) {
-			for (b = 0; b < nblocks; b++)
-				scan_block4(blocks + b * block_bytes, nfields,
-				    luts[j], acc + j * acc_stride +
-				    b * TQ_BLOCK);
+			tq_scan_avx512(blocks, nblocks, block_bytes, nfields,
+			    4, luts[j], acc + j * acc_stride);
 			continue;
 		}
-		for (f0 = 0; f0 < nfields; f0 += nf) {
+		/* At least one run: the first writes the sums. */
+		f0 = 0;
+		do {
 			nf = nfields - f0 < step ? nfields - f0 : step;
-			base = (size_t)f0 * 16;
-			for (b = 0; b < nblocks; b++) {
-				const uint8_t *block = blocks + b * block_bytes;
-				uint32_t *out[MULTI_MAX];
-
-				for (i = 0; i < g; i++)
-					out[i] = acc + (j + i) * acc_stride +
-					    b * TQ_BLOCK;
-				switch (g) {
-				MULTI_CASE(2);
-				MULTI_CASE(3);
-				MULTI_CASE(4);
-				MULTI_CASE(5);
-				MULTI_CASE(6);
-				MULTI_CASE(7);
-				default:
-					scan_block4_multi(block + base, nf,
-					    base, luts + j, MULTI_MAX, out);
-					break;
-				}
-			}
-		}
+			scan_run4(blocks, nblocks, block_bytes, nf,
+			    (size_t)f0 * 16, luts + j, g, acc + j * acc_stride,
+			    acc_stride);
+			f0 += nf;
+		} while (f0 < nfields);
 	}
 }
 
