@@ -1022,21 +1022,26 @@ uint32_t tq_keys_avx2(const uint32_t *acc, const float *fs,
 uint32_t tq_keys_avx512(const uint32_t *acc, const float *fs,
     const struct tq_keypar *p, float thr, float *key);
 /*
- * The same from a compact block fh (TQ_FACH_BLOCK bytes): with
+ * The same from compact blocks, nblk of them in a row: block b's sums
+ * acc + 32 b, its TQ_FACH_BLOCK bytes fh + b * TQ_FACH_BLOCK, its keys
+ * into key + 32 b and the mask of those >= thr into above[b].  With
  * s = f16(s_j) * 2^E_j and t = f16(t_j) * 2^E_j (E clamped to -126 ..
  * 127, both products exact), a = acc + off,
  *   d = scale * a + bias, for l2 d = d + d
  *   key = qk + s * (d + t)
- * each operation rounded to float in that order.
+ * each operation rounded to float in that order.  A run of blocks per
+ * call: one query's scan asks for the keys of each kernel call's blocks
+ * at once, not block by block.
  */
-typedef uint32_t (*tq_keysh_fn)(const uint32_t *acc, const uint8_t *fh,
-    const struct tq_keypar *p, float thr, float *key);
-uint32_t tq_keysh_scalar(const uint32_t *acc, const uint8_t *fh,
-    const struct tq_keypar *p, float thr, float *key);
-uint32_t tq_keysh_avx2(const uint32_t *acc, const uint8_t *fh,
-    const struct tq_keypar *p, float thr, float *key);
-uint32_t tq_keysh_avx512(const uint32_t *acc, const uint8_t *fh,
-    const struct tq_keypar *p, float thr, float *key);
+typedef void (*tq_keysh_fn)(const uint32_t *acc, const uint8_t *fh,
+    size_t nblk, const struct tq_keypar *p, float thr, float *key,
+    uint32_t *above);
+void tq_keysh_scalar(const uint32_t *acc, const uint8_t *fh, size_t nblk,
+    const struct tq_keypar *p, float thr, float *key, uint32_t *above);
+void tq_keysh_avx2(const uint32_t *acc, const uint8_t *fh, size_t nblk,
+    const struct tq_keypar *p, float thr, float *key, uint32_t *above);
+void tq_keysh_avx512(const uint32_t *acc, const uint8_t *fh, size_t nblk,
+    const struct tq_keypar *p, float thr, float *key, uint32_t *above);
 /*
  * A compact block decoded once for many queries: st[j] = s and
  * st[TQ_BLOCK + j] = t of row j, as tq_keysh_fn decodes them.

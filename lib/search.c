@@ -901,21 +901,14 @@ next_run(const struct ctx *c, const struct tq_part *p, uint64_t *b,
 }
 
 /*
- * The estimated keys of the rows of block blk for query i of the chunk,
- * from the kernel's sums acc plus off (struct tq_keypar) and st, the
- * block's compact factors decoded (tq_fachdec_fn), or NULL: key[j] for
- * j < the returned row count (the last block may be short); *mask has bit j set for rows that may be
- * returned (live and allowed), *above for keys >= thr (never NaN).
- * Higher keys are better (l2: -distance).
+ * The rows of block blk of part p that a scan may return: the returned
+ * count nj (the last block may be short), and *mask with bit j set for
+ * rows j < nj that are live and allowed.
  */
-static unsigned
-block_keys(const struct ctx *c, const struct tq_part *p,
-    const struct tq_lut *t, size_t i, uint64_t blk, const uint32_t *acc,
-    uint32_t off, const float *st, float thr, float *key, uint32_t *mask,
-    uint32_t *above)
+static inline unsigned
+block_rows(const struct ctx *c, const struct tq_part *p, uint64_t blk,
+    uint32_t *mask)
 {
-	struct tq_keypar kp = { t->scale, t->bias, c->qc[i], c->qn2[i],
-	    c->metric == TQ_METRIC_L2, off, c->qk[i] };
 	uint64_t row = (blk - p->block0) * TQ_BLOCK;
 	unsigned nj = TQ_BLOCK;
 
@@ -924,16 +917,36 @@ block_keys(const struct ctx *c, const struct tq_part *p,
 	*mask = c->masked ? block_mask(c, p, blk) : ~0u;
 	if (nj < TQ_BLOCK)
 		*mask &= (1u << nj) - 1;
-	/* All 32 rows: a short block's padding rows have zero factors. */
-	if (st != NULL)
-		*above = c->kern->keysd(acc, st, &kp, thr, key);
-	else if (p->fach != NULL)
-		*above = c->kern->keysh(acc, p->fach + (blk - p->block0) *
-		    TQ_FACH_BLOCK, &kp, thr, key);
-	else
-		*above = c->kern->keys(acc, blk_factors(p, blk), &kp, thr,
-		    key);
 	return nj;
+}
+
+/*
+ * The estimated keys of the rows of blocks [blk, blk + nb) of part p for
+ * query i of the chunk, from the kernel's sums acc (32 a block) plus off
+ * (struct tq_keypar) and st, the blocks' compact factors decoded
+ * (tq_fachdec_fn, 64 floats a block), or NULL: block b's keys into
+ * key + 32 b, all 32 rows (a short block's padding rows have zero
+ * factors), and above[b] with bit j set for keys >= thr (never NaN).
+ * Higher keys are better (l2: -distance).
+ */
+static void
+run_keys(const struct ctx *c, const struct tq_part *p, const struct tq_lut *t,
+    size_t i, uint64_t blk, size_t nb, const uint32_t *acc, uint32_t off,
+    const float *st, float thr, float *key, uint32_t *above)
+{
+	struct tq_keypar kp = { t->scale, t->bias, c->qc[i], c->qn2[i],
+	    c->metric == TQ_METRIC_L2, off, c->qk[i] };
+
+	if (st == NULL && p->fach != NULL) {
+		c->kern->keysh(acc, p->fach + (blk - p->block0) *
+		    TQ_FACH_BLOCK, nb, &kp, thr, key, above);
+		return;
+	}
+	for (size_t b = 0; b < nb; b++)
+		above[b] = st != NULL ? c->kern->keysd(acc + b * TQ_BLOCK,
+		    st + b * 2 * TQ_BLOCK, &kp, thr, key + b * TQ_BLOCK) :
+		    c->kern->keys(acc + b * TQ_BLOCK, blk_factors(p, blk + b),
+		    &kp, thr, key + b * TQ_BLOCK);
 }
 
 /*
@@ -970,25 +983,22 @@ mask_rows(uint32_t mask)
 }
 
 /*
- * Offers the rows of block blk (kernel sums acc, plus off; decoded
- * factors st or NULL, as block_keys) for query i of the chunk to heap h;
- * rows outside segment sg are skipped.
+ * Offers the rows of block blk, their keys key and above (run_keys, for
+ * a threshold no higher than the heap's root now), to heap h; rows
+ * outside segment sg are skipped.  Returns the rows it may return.
  */
 static inline unsigned
-block_push(const struct ctx *c, const struct tq_lut *t, size_t i,
-    uint64_t blk, const uint32_t *acc, uint32_t off, const float *st,
-    const struct seg *sg, struct tq_topk *h)
+block_push(const struct ctx *c, uint64_t blk, const float *key,
+    uint32_t above, const struct seg *sg, struct tq_topk *h)
 {
 	uint64_t row = blk * TQ_BLOCK;
-	uint32_t mask, above;
-	float key[TQ_BLOCK];
+	uint32_t mask;
 	unsigned j, offered;
 
-	/* The heap's root is its worst entry. */
-	(void)block_keys(c, sg->p, t, i, blk, acc, off, st, h->len == h->k ?
-	    h->key[0] : -INFINITY, key, &mask, &above);
+	(void)block_rows(c, sg->p, blk, &mask);
 	mask &= row_window(blk, sg->r0, sg->r1);
 	offered = mask_rows(mask);
+	/* The heap's root is its worst entry. */
 	if (h->len == h->k)
 		mask &= above;
 	for (; mask != 0; mask &= mask - 1) {
@@ -998,6 +1008,13 @@ block_push(const struct ctx *c, const struct tq_lut *t, size_t i,
 		cand_push(c->ix, h, key[j], row + j);
 	}
 	return offered;
+}
+
+/* The heap's root key when it is full, else -infinity. */
+static inline float
+heap_thr(const struct tq_topk *h)
+{
+	return h->len == h->k ? h->key[0] : -INFINITY;
 }
 
 /*
@@ -1068,15 +1085,20 @@ scan_range(struct worker *w, const struct tq_lut *t, size_t i, uint64_t b0,
     uint64_t b1, const struct seg *sg, struct tq_topk *h)
 {
 	const struct ctx *c = w->c;
+	float key[SCAN_BLOCKS * TQ_BLOCK];
+	uint32_t above[SCAN_BLOCKS];
 	uint64_t b;
 	size_t nb;
 
 	for (b = b0; (nb = next_run(c, sg->p, &b, b1)) > 0; b += nb) {
 		uint32_t off = scan_one(c, sg->p, t, b, nb, w->acc);
 
+		/* The keys of the run at once, for the root as it was. */
+		run_keys(c, sg->p, t, i, b, nb, w->acc, off, NULL,
+		    heap_thr(h), key, above);
 		for (size_t bi = 0; bi < nb; bi++)
-			w->st.rows_scanned += block_push(c, t, i, b + bi,
-			    w->acc + bi * TQ_BLOCK, off, NULL, sg, h);
+			w->st.rows_scanned += block_push(c, b + bi,
+			    key + bi * TQ_BLOCK, above[bi], sg, h);
 	}
 }
 
@@ -1097,6 +1119,8 @@ scan_range_multi(struct worker *w, const struct tq_lut *t, size_t i,
 	/* Compact factors, decoded once for all the queries (or NULL). */
 	float decbuf[MULTI_BLOCKS * 2 * TQ_BLOCK];
 	float *dec = sg->p->fach != NULL ? decbuf : NULL;
+	float key[MULTI_BLOCKS * TQ_BLOCK];
+	uint32_t above[MULTI_BLOCKS];
 	uint64_t b;
 	size_t nb, j;
 
@@ -1135,14 +1159,14 @@ scan_range_multi(struct worker *w, const struct tq_lut *t, size_t i,
 				c->kern->fachdec(sg->p->fach + (b + bi -
 				    sg->p->block0) * TQ_FACH_BLOCK,
 				    dec + bi * 2 * TQ_BLOCK);
-		for (j = 0; j < m; j++)
+		for (j = 0; j < m; j++) {
+			run_keys(c, sg->p, &t[j], i + j, b, nb,
+			    w->acc + j * stride, tiled ? t[j].dotoff : 0, dec,
+			    heap_thr(&h[j]), key, above);
 			for (size_t bi = 0; bi < nb; bi++)
-				w->st.rows_scanned += block_push(c, &t[j],
-				    i + j, b + bi, w->acc + j * stride +
-				    bi * TQ_BLOCK, tiled ? t[j].dotoff : 0,
-				    dec != NULL ? dec + bi * 2 * TQ_BLOCK :
-				    NULL,
-				    sg, &h[j]);
+				w->st.rows_scanned += block_push(c, b + bi,
+				    key + bi * TQ_BLOCK, above[bi], sg, &h[j]);
+		}
 	}
 }
 
@@ -1891,19 +1915,21 @@ range_collect(struct worker *w, const struct tq_lut *t, size_t i,
 	const struct ctx *c = w->c;
 	int l2 = c->metric == TQ_METRIC_L2;
 	float qn2 = c->qn2[i];
+	float keys[SCAN_BLOCKS * TQ_BLOCK];
+	uint32_t above[SCAN_BLOCKS];
 	uint64_t b;
 	size_t nb;
 
 	for (b = b0; (nb = next_run(c, sg->p, &b, b1)) > 0; b += nb) {
 		uint32_t off = scan_one(c, sg->p, t, b, nb, w->acc);
 
+		run_keys(c, sg->p, t, i, b, nb, w->acc, off, NULL, -INFINITY,
+		    keys, above);
 		for (size_t bi = 0; bi < nb; bi++) {
 			uint64_t row = (b + bi) * TQ_BLOCK;
-			uint32_t mask, above;
-			float key[TQ_BLOCK];
-			unsigned j, nj = block_keys(c, sg->p, t, i, b + bi,
-			    w->acc + bi * TQ_BLOCK, off, NULL, -INFINITY, key,
-			    &mask, &above);
+			const float *key = keys + bi * TQ_BLOCK;
+			uint32_t mask;
+			unsigned j, nj = block_rows(c, sg->p, b + bi, &mask);
 
 			mask &= row_window(b + bi, sg->r0, sg->r1);
 			w->st.rows_scanned += mask_rows(mask);

@@ -902,19 +902,22 @@ keys8(const uint32_t *acc, unsigned h, __m256 s, __m256 t,
 }
 
 /* The keys of tq_keysh_scalar, 8 rows per step. */
-uint32_t
-tq_keysh_avx2(const uint32_t *acc, const uint8_t *fh,
-    const struct tq_keypar *p, float thr, float *key)
+void
+tq_keysh_avx2(const uint32_t *acc, const uint8_t *fh, size_t nblk,
+    const struct tq_keypar *p, float thr, float *key, uint32_t *above)
 {
-	uint32_t m = 0;
+	for (size_t b = 0; b < nblk; b++) {
+		uint32_t m = 0;
 
-	for (unsigned h = 0; h < TQ_BLOCK; h += 8) {
-		__m256 s, t;
+		for (unsigned h = 0; h < TQ_BLOCK; h += 8) {
+			__m256 s, t;
 
-		fachdec8(fh, h, &s, &t);
-		m |= keys8(acc, h, s, t, p, thr, key);
+			fachdec8(fh + b * TQ_FACH_BLOCK, h, &s, &t);
+			m |= keys8(acc + b * TQ_BLOCK, h, s, t, p, thr,
+			    key + b * TQ_BLOCK);
+		}
+		above[b] = m;
 	}
-	return m;
 }
 
 /* tq_fachdec_scalar, 8 rows per step. */

@@ -873,19 +873,19 @@ keys16(const uint32_t *acc, unsigned h, __m512 s, __m512 t,
 }
 
 /* The keys of tq_keysh_scalar, 16 rows per step. */
-uint32_t
-tq_keysh_avx512(const uint32_t *acc, const uint8_t *fh,
-    const struct tq_keypar *p, float thr, float *key)
+void
+tq_keysh_avx512(const uint32_t *acc, const uint8_t *fh, size_t nblk,
+    const struct tq_keypar *p, float thr, float *key, uint32_t *above)
 {
-	uint32_t m = 0;
+	for (size_t b = 0; b < nblk; b++) {
+		__m512 s0, t0, s1, t1;
 
-	for (unsigned h = 0; h < TQ_BLOCK; h += 16) {
-		__m512 s, t;
-
-		fachdec16(fh, h, &s, &t);
-		m |= keys16(acc, h, s, t, p, thr, key);
+		fachdec16(fh + b * TQ_FACH_BLOCK, 0, &s0, &t0);
+		fachdec16(fh + b * TQ_FACH_BLOCK, 16, &s1, &t1);
+		above[b] = keys16(acc + b * TQ_BLOCK, 0, s0, t0, p, thr,
+		    key + b * TQ_BLOCK) | keys16(acc + b * TQ_BLOCK, 16, s1,
+		    t1, p, thr, key + b * TQ_BLOCK);
 	}
-	return m;
 }
 
 /* tq_fachdec_scalar, 16 rows per step. */

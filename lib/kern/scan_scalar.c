@@ -232,15 +232,18 @@ tq_fachdec_scalar(const uint8_t *fh, float *st)
 	}
 }
 
-uint32_t
-tq_keysh_scalar(const uint32_t *acc, const uint8_t *fh,
-    const struct tq_keypar *p, float thr, float *key)
+void
+tq_keysh_scalar(const uint32_t *acc, const uint8_t *fh, size_t nblk,
+    const struct tq_keypar *p, float thr, float *key, uint32_t *above)
 {
 	float st[2 * TQ_BLOCK];
 
 	/* Decoded first, keys after: loops the compiler vectorizes. */
-	tq_fachdec_scalar(fh, st);
-	return tq_keysd_scalar(acc, st, p, thr, key);
+	for (size_t b = 0; b < nblk; b++) {
+		tq_fachdec_scalar(fh + b * TQ_FACH_BLOCK, st);
+		above[b] = tq_keysd_scalar(acc + b * TQ_BLOCK, st, p, thr,
+		    key + b * TQ_BLOCK);
+	}
 }
 
 uint32_t

@@ -456,6 +456,7 @@ test_keys(void)
 static void
 test_keysh(void)
 {
+	enum { NB = 3 };	/* blocks a call: the run form */
 	const struct {
 		const char *name;
 		tq_keysh_fn fn;
@@ -472,30 +473,34 @@ test_keysh(void)
 	float st[2 * TQ_BLOCK];
 	static const uint16_t odd[] = { 0x7e00u, 0x7c00u, 0xfc00u, 0x0001u,
 	    0x8000u, 0x7bffu, 0x7d01u };
-	uint8_t fh[TQ_FACH_BLOCK];
-	uint32_t acc[TQ_BLOCK];
-	float want[TQ_BLOCK], got[TQ_BLOCK];
+	uint8_t fh[NB * TQ_FACH_BLOCK];
+	uint32_t acc[NB * TQ_BLOCK], mw[NB], mg[NB + 1];
+	float want[NB * TQ_BLOCK], got[NB * TQ_BLOCK + 1];
 	int bad[3] = { 0, 0, 0 }, bad_dec[3] = { 0, 0, 0 }, bad_ref = 0;
 	unsigned ran[3] = { 0, 0, 0 };
 
-	for (unsigned it = 0; it < 4000; it++) {
+	for (unsigned it = 0; it < 1500; it++) {
 		struct tq_keypar p;
+		size_t nb = 1 + it % NB;
 		float thr;
-		uint32_t mw;
 
-		for (unsigned j = 0; j < TQ_BLOCK; j++) {
+		for (unsigned j = 0; j < NB * TQ_BLOCK; j++) {
+			uint8_t *f = fh + j / TQ_BLOCK * TQ_FACH_BLOCK;
+			unsigned r = j % TQ_BLOCK;
+
 			acc[j] = rnd() % (it % 3 == 0 ? 256u : 1u << 24);
 			/* Finite halves of either sign, 2^-14 .. 2^15. */
-			wr_le16(fh + 2 * j, (uint16_t)(rnd() % 0x7800u +
+			wr_le16(f + 2 * r, (uint16_t)(rnd() % 0x7800u +
 			    0x0400u) | (uint16_t)(rnd() & 1) << 15);
-			wr_le16(fh + 2 * TQ_BLOCK + 2 * j, (uint16_t)(rnd() %
+			wr_le16(f + 2 * TQ_BLOCK + 2 * r, (uint16_t)(rnd() %
 			    0x7800u + 0x0400u) | (uint16_t)(rnd() & 1) << 15);
-			fh[4 * TQ_BLOCK + j] = it % 5 == 0 ? (uint8_t)rnd() :
+			f[4 * TQ_BLOCK + r] = it % 5 == 0 ? (uint8_t)rnd() :
 			    (uint8_t)(int8_t)((int32_t)(rnd() % 61) - 40);
 		}
 		if (it % 7 == 0)
-			wr_le16(fh + 2 * (rnd() % (2 * TQ_BLOCK)),
-			    odd[rnd() % (sizeof(odd) / sizeof(odd[0]))]);
+			wr_le16(fh + rnd() % NB * TQ_FACH_BLOCK + 2 * (rnd() %
+			    (2 * TQ_BLOCK)), odd[rnd() % (sizeof(odd) /
+			    sizeof(odd[0]))]);
 		p.scale = (float)(rnd() % 1000 + 1) * 1e-4f;
 		p.bias = (float)((int32_t)rnd() % 1000) * 1e-2f;
 		p.qc = 0.0f;
@@ -506,49 +511,67 @@ test_keysh(void)
 		p.l2 = (int)(it & 1);
 		p.off = it % 4 == 0 ? 0 : it % 4 == 1 ? rnd() % 4096 :
 		    (uint32_t)-(int32_t)(rnd() % 300);
-		mw = tq_keysh_scalar(acc, fh, &p, -INFINITY, want);
+		tq_keysh_scalar(acc, fh, nb, &p, -INFINITY, want, mw);
 		thr = it % 5 == 0 ? -INFINITY : it % 5 == 1 ? INFINITY :
-		    want[rnd() % TQ_BLOCK];
-		mw = tq_keysh_scalar(acc, fh, &p, thr, want);
-		for (unsigned j = 0; j < TQ_BLOCK; j++) {
+		    want[rnd() % (nb * TQ_BLOCK)];
+		tq_keysh_scalar(acc, fh, nb, &p, thr, want, mw);
+		for (unsigned j = 0; j < nb * TQ_BLOCK; j++) {
+			const uint8_t *f = fh + j / TQ_BLOCK * TQ_FACH_BLOCK;
 			float s, t, d, k;
 
-			tq_fach_decode(fh, j, &s, &t);
+			tq_fach_decode(f, j % TQ_BLOCK, &s, &t);
 			d = p.scale * (float)(int32_t)(acc[j] + p.off) + p.bias;
 			if (p.l2)
 				d = d + d;
 			k = p.qk + s * (d + t);
 			bad_ref |= memcmp(&k, &want[j], 4) != 0 &&
 			    !(isnan(k) && isnan(want[j]));
+			/* The mask: keys >= thr, never NaN. */
+			bad_ref |= (int)(mw[j / TQ_BLOCK] >> j % TQ_BLOCK &
+			    1) != (k >= thr);
 		}
 		for (size_t d = 0; d < 3; d++) {
 			if (!kk[d].run)
 				continue;
 			if (kk[d].fn != NULL) {
+				/* Nothing written past the run's blocks. */
 				memset(got, 0x5a, sizeof(got));
-				bad[d] |= kk[d].fn(acc, fh, &p, thr, got) != mw;
-				for (unsigned j = 0; j < TQ_BLOCK; j++)
+				memset(mg, 0x5a, sizeof(mg));
+				kk[d].fn(acc, fh, nb, &p, thr, got, mg);
+				bad[d] |= memcmp(mg, mw, nb * 4) != 0 ||
+				    mg[nb] != 0x5a5a5a5au;
+				for (unsigned j = 0; j < nb * TQ_BLOCK; j++)
 					bad[d] |= memcmp(&got[j], &want[j],
 					    4) != 0 && !(isnan(got[j]) &&
 					    isnan(want[j]));
+				bad[d] |= memcmp(&got[nb * TQ_BLOCK],
+				    "\x5a\x5a\x5a\x5a", 4) != 0;
 			}
-			memset(st, 0x5a, sizeof(st));
-			kk[d].dec(fh, st);
-			for (unsigned j = 0; j < TQ_BLOCK; j++) {
-				float s, t;
+			for (size_t b = 0; b < nb; b++) {
+				const float *w = want + b * TQ_BLOCK;
 
-				tq_fach_decode(fh, j, &s, &t);
-				bad_dec[d] |= (memcmp(&s, &st[j], 4) != 0 &&
-				    !(isnan(s) && isnan(st[j]))) ||
-				    (memcmp(&t, &st[TQ_BLOCK + j], 4) != 0 &&
-				    !(isnan(t) && isnan(st[TQ_BLOCK + j])));
+				memset(st, 0x5a, sizeof(st));
+				kk[d].dec(fh + b * TQ_FACH_BLOCK, st);
+				for (unsigned j = 0; j < TQ_BLOCK; j++) {
+					float s, t;
+
+					tq_fach_decode(fh + b * TQ_FACH_BLOCK,
+					    j, &s, &t);
+					bad_dec[d] |= (memcmp(&s, &st[j], 4) !=
+					    0 && !(isnan(s) && isnan(st[j]))) ||
+					    (memcmp(&t, &st[TQ_BLOCK + j], 4) !=
+					    0 && !(isnan(t) &&
+					    isnan(st[TQ_BLOCK + j])));
+				}
+				memset(got, 0x5a, sizeof(got));
+				bad_dec[d] |= kk[d].keysd(acc + b * TQ_BLOCK,
+				    st, &p, thr, got) != mw[b];
+				for (unsigned j = 0; j < TQ_BLOCK; j++)
+					bad_dec[d] |= memcmp(&got[j], &w[j],
+					    4) != 0 && !(isnan(got[j]) &&
+					    isnan(w[j]));
 			}
-			memset(got, 0x5a, sizeof(got));
-			bad_dec[d] |= kk[d].keysd(acc, st, &p, thr, got) != mw;
-			for (unsigned j = 0; j < TQ_BLOCK; j++)
-				bad_dec[d] |= memcmp(&got[j], &want[j], 4) !=
-				    0 && !(isnan(got[j]) && isnan(want[j]));
-			ran[d]++;
+			ran[d] += (unsigned)nb;
 		}
 	}
 	for (size_t d = 0; d < 3; d++) {
