@@ -82,7 +82,7 @@ test_labels_reader(void)
 
 /* Rows of N x DIM, and their labels "w0", ... with row 9 labelled "w3". */
 static float rows[N * DIM];
-static char names[N][8];
+static char names[N][16];	/* "w" and any int: no truncation warning */
 static const char *labels[N];
 
 static void
