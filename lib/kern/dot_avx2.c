@@ -392,6 +392,12 @@ tq_keyf16_avx2(enum tq_metric metric, const float *qv,
  * the field).  AVX2 has no 16-entry float lookup: vpermps in the low and
  * the high eight centroids, merged by vblendvps on code bit 3, which a
  * shift moves to the sign bit (bits 1 and 2 never need the high half).
+ * At 1 and 2 bits a step's two or four fields are read as dwords and
+ * spread to their lanes by vpermd, not gathered: on a Zen 4 (perf of
+ * single Fashion-MNIST queries, TQ_ISA=avx2) the refinement went from
+ * 12.3 to 3.1 % of a 1-bit query and from 7.4 to 2.0 % of a 2-bit one.
+ * The eight fields of a 4-bit step loaded one by one were no faster than
+ * the gather (4.1 against 3.8 %), so 4 bits gathers.
  * Widened to double (exact), multiplied by the query and added; g rows
  * side by side (up to four) overlap their chains and their gathers.  The
  * last dim % 8 coordinates are added lane by lane as exact.c adds them.
@@ -415,6 +421,30 @@ dotq4_tail(double *s, const float *rq, const uint8_t *blk, unsigned pos,
 	}
 	return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) +
 	    (s[6] + s[7]));
+}
+
+/*
+ * What the gather of dotq4_group fetches at 1 and 2 bits: the dwords at
+ * p, p + 16 (and p + 32, p + 48 at 2 bits), the step's fields, each in
+ * the lanes of its 4 / bits coordinates.
+ */
+static inline __m256i
+step_fields(const uint8_t *p, unsigned bits)
+{
+	int32_t w[4];
+	__m128i x;
+
+	memcpy(&w[0], p, 4);
+	memcpy(&w[1], p + 16, 4);
+	x = _mm_insert_epi32(_mm_cvtsi32_si128(w[0]), w[1], 1);
+	if (bits == 1)
+		return _mm256_permutevar8x32_epi32(_mm256_castsi128_si256(x),
+		    _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
+	memcpy(&w[2], p + 32, 4);
+	memcpy(&w[3], p + 48, 4);
+	x = _mm_insert_epi32(_mm_insert_epi32(x, w[2], 2), w[3], 3);
+	return _mm256_permutevar8x32_epi32(_mm256_castsi128_si256(x),
+	    _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
 }
 
 static inline __attribute__((always_inline)) void
@@ -452,8 +482,9 @@ dotq4_group(const float *const *rq, const uint8_t *const *blk,
 
 #pragma GCC unroll 4
 		for (t = 0; t < g; t++) {
-			__m256i c = _mm256_i32gather_epi32((const int *)(const
-			    void *)(blk[t] + fo), off[t], 1);
+			__m256i c = bits == 4 ? _mm256_i32gather_epi32(
+			    (const int *)(const void *)(blk[t] + fo), off[t],
+			    1) : step_fields(blk[t] + fo + (pos[t] & 12), bits);
 			__m256 qf = _mm256_loadu_ps(rq[t] + d), y;
 
 			for (k = 0; k < 8 / cpf; k += 4)
