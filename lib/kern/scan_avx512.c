@@ -878,13 +878,16 @@ tq_keysh_avx512(const uint32_t *acc, const uint8_t *fh, size_t nblk,
     const struct tq_keypar *p, float thr, float *key, uint32_t *above)
 {
 	for (size_t b = 0; b < nblk; b++) {
-		__m512 s0, t0, s1, t1;
+		uint32_t m = 0;
 
-		fachdec16(fh + b * TQ_FACH_BLOCK, 0, &s0, &t0);
-		fachdec16(fh + b * TQ_FACH_BLOCK, 16, &s1, &t1);
-		above[b] = keys16(acc + b * TQ_BLOCK, 0, s0, t0, p, thr,
-		    key + b * TQ_BLOCK) | keys16(acc + b * TQ_BLOCK, 16, s1,
-		    t1, p, thr, key + b * TQ_BLOCK);
+		for (unsigned h = 0; h < TQ_BLOCK; h += 16) {
+			__m512 s, t;
+
+			fachdec16(fh + b * TQ_FACH_BLOCK, h, &s, &t);
+			m |= keys16(acc + b * TQ_BLOCK, h, s, t, p, thr,
+			    key + b * TQ_BLOCK);
+		}
+		above[b] = m;
 	}
 }
 

@@ -479,9 +479,10 @@ test_keysh(void)
 	int bad[3] = { 0, 0, 0 }, bad_dec[3] = { 0, 0, 0 }, bad_ref = 0;
 	unsigned ran[3] = { 0, 0, 0 };
 
-	for (unsigned it = 0; it < 1500; it++) {
+	for (unsigned it = 0; it < 4000; it++) {
 		struct tq_keypar p;
-		size_t nb = 1 + it % NB;
+		/* Drawn, not it % NB: the cases below cycle on it % 3. */
+		size_t nb = 1 + rnd() % NB;
 		float thr;
 
 		for (unsigned j = 0; j < NB * TQ_BLOCK; j++) {
