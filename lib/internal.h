@@ -1308,8 +1308,18 @@ tq_orig_row(const struct tq_kernels *k, enum tq_originals o,
 		k->f16(src, dim, out);
 		return;
 	}
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	/*
+	 * The stored bytes are the floats: one memcpy, not a load a
+	 * coordinate (the loop below is not vectorised at -O2, and it was
+	 * 13 % of a 4-bit IVF query's time re-ranking 20 Fashion-MNIST
+	 * originals).
+	 */
+	memcpy(out, src, 4 * (size_t)dim);
+#else
 	for (uint32_t d = 0; d < dim; d++)
 		out[d] = rd_lef32(src + 4 * (size_t)d);
+#endif
 }
 
 /*

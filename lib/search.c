@@ -1173,13 +1173,22 @@ scan_range_multi(struct worker *w, const struct tq_lut *t, size_t i,
 /*
  * The exact key of stored row r for query vector qv.  An f16 row is
  * converted whole first (exactly, by the f16 kernel), so the sum below
- * runs without a call in its dependency chain.
+ * runs without a call in its dependency chain.  An f32 row on a
+ * little-endian host is its floats where it lies (the mapping's bytes
+ * have no declared type), when they are aligned, as they are in a file.
  */
 static float
 exact_key(const struct ctx *c, struct worker *w, const float *qv, uint64_t r)
 {
-	tq_orig_row(c->kern, c->ix->originals, row_orig(c, r), c->dim,
-	    w->row);
+	const uint8_t *src = row_orig(c, r);
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	if (c->ix->originals == TQ_ORIG_F32 &&
+	    (uintptr_t)src % _Alignof(float) == 0)
+		return tq_exact_key(c->metric, qv, (const float *)(const void *)
+		    src, c->dim);
+#endif
+	tq_orig_row(c->kern, c->ix->originals, src, c->dim, w->row);
 	return tq_exact_key(c->metric, qv, w->row, c->dim);
 }
 
