@@ -1174,8 +1174,10 @@ scan_range_multi(struct worker *w, const struct tq_lut *t, size_t i,
  * The exact key of stored row r for query vector qv.  An f16 row is
  * converted whole first (exactly, by the f16 kernel), so the sum below
  * runs without a call in its dependency chain.  An f32 row on a
- * little-endian host is its floats where it lies (the mapping's bytes
- * have no declared type), when they are aligned, as they are in a file.
+ * little-endian host is summed where it lies (the mapping's bytes have
+ * no declared type) when aligned, as tq(5)'s 64-byte aligned sections
+ * make it: the copy a coordinate at a time that it replaced was 13 % of
+ * a 4-bit IVF single query on Fashion-MNIST (8 probes, oversample 2).
  */
 static float
 exact_key(const struct ctx *c, struct worker *w, const float *qv, uint64_t r)
