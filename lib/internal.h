@@ -383,6 +383,9 @@ struct tq_quantizer {
 	unsigned coords_per_field;
 	uint32_t nfields;		/* padded to a multiple of 4 */
 	float centroids[16];		/* ascending, unit-vector scale */
+	/* Each level's probability for a coordinate of a random unit vector
+	   (normal approximation; tq_quantizer_cells), or all 0. */
+	float cellp[16];
 	float bounds[15];		/* midpoints */
 	float *rot;			/* rotation payload (ROTM) */
 	size_t rot_len;			/* bytes of rot */
@@ -443,6 +446,8 @@ uint64_t tq_rand_below(uint64_t *g, uint64_t n);
 /* Fills field_bits, coords_per_field, nfields from dim and bits. */
 void tq_quantizer_layout(struct tq_quantizer *q);
 
+/* q->cellp from q->bounds (quantizer.c). */
+void tq_quantizer_cells(struct tq_quantizer *q);
 /* Lloyd-Max codebook for the coordinate law at dim d with 2^bits levels. */
 enum tq_status tq_codebook(uint32_t d, unsigned bits, float *centroids,
     float *bounds);
@@ -836,9 +841,11 @@ enum tq_status tq_fault_point(const char *where);
  * and the quantizer's levels as integers in [0, lmax],
  * c7[v] = round((centroid[v] - centroid[0]) / sc) with
  * sc = (centroid[last] - centroid[0]) / lmax; qmax = lmax = 127.
- * The sum is the exact int32 dot
+ * The levels the sum stands for are chat[v] = sc' * c7[v] + off, with sc'
+ * and off fitted to the centroids (search.c, tq_dot_grid; sc and
+ * centroid[0] if the fit fails).  The sum is the exact int32 dot
  * product sum_c r8[c] * c7[code c], so with sq = max |rq| / qmax, scale =
- * sq * sc and bias = sq * centroid[0] * sum_c r8[c].  Products of int8
+ * sq * sc' and bias = sq * off * sum_c r8[c].  Products of int8
  * and u8 are what VNNI and AMX multiply natively.
  *
  * A field of P coordinates (P = `planes`) is read through P tables of 16
@@ -864,8 +871,8 @@ enum tq_status tq_fault_point(const char *where);
  * adds the entries of fields f and f + 4 before it widens them), and the
  * lookup sum is the dot sum plus dotoff = sum_f o_f.  The lookup sum is
  * the one keys take: a tile kernel's sums get dotoff added.  q8 (the dot
- * form's row) follows the tables in the same buffer; scale = sq * sc,
- * bias = sq * centroid[0] * sum_c r8[c] - scale * dotoff.  (The
+ * form's row) follows the tables in the same buffer; scale = sq * sc',
+ * bias = sq * off * sum_c r8[c] - scale * dotoff.  (The
  * query's precision: about 6 and 5.4 bits a coordinate, and at 2 bits
  * the levels (0, 1.05, 1.95, 3) of the Lloyd-Max codebook become 0 to 3.
  * The top candidates are refined with float tables, so recall without
@@ -873,8 +880,18 @@ enum tq_status tq_fault_point(const char *where);
  * The name r7 in older notes is r8 here.)
  *
  * err bounds |scale * sum + bias - <R q, yhat>| from the rounding alone,
- * for any codes.
+ * for any codes.  rsd is that error's scale as a sum of terms of either
+ * sign (the square root of the sum of the per-coordinate or per-field
+ * worst cases squared), what the error-bounded re-rank takes z of; in
+ * the dot and small forms INFINITY when the grid was not fitted.
  */
+/*
+ * Fits the dot and small forms' grid, chat[v] = sc * c7[v] + off, to
+ * q's centroids over q->cellp (search.c).  Returns 0, and leaves *sc and
+ * *off as they were, when it cannot.
+ */
+int tq_dot_grid(const struct tq_quantizer *q, const uint8_t *c7, float *sc,
+    float *off);
 /* The largest entry of a table of 4-bit fields (the small form). */
 #define TQ_LUT4_MAX 127u
 
@@ -885,7 +902,8 @@ struct tq_lut {
 	unsigned planes;	/* dot form, small form: coordinates per field */
 	float scale;
 	float bias;
-	float err;
+	float err;		/* the rounding's worst case, summed */
+	float rsd;		/* its scale as a sum of independent terms */
 	uint8_t lev[4 * 16];	/* dot form, small form: the levels, per plane */
 	const int8_t *q8;	/* small form: the dot form's row, else NULL */
 	uint32_t dotoff;	/* small form: lookup sum - dot sum */

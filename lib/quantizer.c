@@ -55,6 +55,28 @@ tq_quantizer_layout(struct tq_quantizer *q)
 	q->nfields = (nf + 3) / 4 * 4;
 }
 
+/*
+ * q->cellp from q->bounds: the share of the coordinates of a random unit
+ * vector in dim dimensions (near N(0, 1 / dim)) that fall in each level.
+ * The search's dot form fits its integer grid with them (search.c).
+ */
+void
+tq_quantizer_cells(struct tq_quantizer *q)
+{
+	double sd = sqrt(2.0 / (double)(q->dim ? q->dim : 1)), lo = 0.0, hi;
+	unsigned v;
+
+	memset(q->cellp, 0, sizeof(q->cellp));
+	if (q->nlevels < 2 || q->nlevels > 16)
+		return;
+	for (v = 0; v < q->nlevels; v++) {
+		hi = v + 1 < q->nlevels ?
+		    0.5 * (1.0 + erf((double)q->bounds[v] / sd)) : 1.0;
+		q->cellp[v] = (float)(hi - lo);
+		lo = hi;
+	}
+}
+
 void
 tq_quantizer_free(struct tq_quantizer *q)
 {
@@ -360,6 +382,7 @@ tq_quantizer_fit(const struct tq_fit_params *p, struct tq_reader *data,
 	if ((st = tq_codebook(dim, q->bits, q->centroids, q->bounds)) !=
 	    TQ_OK)
 		goto fail;
+	tq_quantizer_cells(q);
 	if ((q->centre = tq_callocarray(2 * (size_t)dim, sizeof(float))) ==
 	    NULL) {
 		st = tq_fail(TQ_ERR_NOMEM, "fit: out of memory");
@@ -681,6 +704,7 @@ tq_quantizer_from_file(const struct tq_file *f, int copy,
 	if ((st = parse_qpar(qp, qlen, q)) != TQ_OK ||
 	    (st = parse_cbok(cp, clen, q)) != TQ_OK)
 		goto fail;
+	tq_quantizer_cells(q);
 	dim = q->dim;
 	if (rlen > SIZE_MAX) {
 		st = tq_fail(TQ_ERR_FORMAT, "section ROTM: too long");

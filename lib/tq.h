@@ -786,7 +786,8 @@ struct tq_search_stats {
  * the scan keeps the best k * TQ_AUTO_CAP candidates by estimate (at most
  * the rows).  Each gets an interval of scores from its estimate, the
  * bound of tq(5) "Error bound" at confidence z (p->auto_z, default
- * TQ_AUTO_Z) and the rounding of the query's tables: the bound's width
+ * TQ_AUTO_Z) and the rounding of the query's tables (z times its scale as
+ * a sum of errors of either sign, at most its worst case): the bound's width
  * shrinks with the candidate's distance to the query, so it is tight
  * exactly for the candidates near the k-th.  The candidates whose
  * interval reaches the k-th best lower end are scored again with
