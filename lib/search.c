@@ -2776,8 +2776,8 @@ tq_search_refine(const struct tq_index *ix, const float *queries, size_t nq,
 	c.stream_dot = stream_dot(ix, probes, c.kern);
 	c.autor = p->oversample < 0.0f;
 	c.zr = p->auto_z > 0.0f ? (double)p->auto_z : TQ_AUTO_Z;
-	c.az = 2.0 * (p->auto_z > 0.0f ? (double)p->auto_z : TQ_AUTO_Z) *
-	    (1.0 + 1e-6) / sqrt(dim > 1 ? (double)dim - 1.0 : 1.0);
+	c.az = 2.0 * c.zr * (1.0 + 1e-6) /
+	    sqrt(dim > 1 ? (double)dim - 1.0 : 1.0);
 	{
 		double dd = distortion[q->bits];
 
