@@ -9,6 +9,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stddef.h>
 #include <string.h>
@@ -736,6 +737,12 @@ struct tq_part {
 	uint64_t live;			/* rows not deleted */
 	const uint8_t *fach;		/* FACH: nblocks * TQ_FACH_BLOCK,
 					   or NULL (FACT) */
+	/*
+	 * The largest |s| and |s| rho of the rows (search.c part_wmax),
+	 * found by the first error-bounded search that needs them: 0 not
+	 * yet, else bit 63 set, the bits of the two floats below it.
+	 */
+	_Atomic uint64_t wmax;
 };
 
 struct tq_index {

@@ -747,6 +747,29 @@ struct ctx {
 	float rho_g;
 	double zr;		/* z of the rounding's width (round_width) */
 	float *qerr;		/* each query's rounding width */
+	/* The scan drops what cannot be a contender (struct prune): on;
+	   the largest |s| and |s| rho of the rows (part_wmax). */
+	int prune;
+	double ps, psr;
+};
+
+/*
+ * Error-bounded re-rank's scan of one query: a row whose upper end lies
+ * below the k-th best lower end cannot be a result nor settle one
+ * (finish_auto), and every lower end is at least its key less W, every
+ * upper end at most its key plus W, W the widest half-width of any row
+ * (part_wmax, prune_start).  So with K the k-th best key seen, a row
+ * whose key is below tau = K - 2 W (and a margin for float rounding)
+ * need not be kept: fewer rows enter the heap, and of those that did,
+ * the ones below the final tau are dropped before the bounds
+ * (finish_auto).  K only rises, so the rows kept are those of the whole
+ * heap above the final tau, whatever the threads and batches.
+ */
+struct prune {
+	float *kb;		/* the k best keys pushed, ascending */
+	uint32_t n;
+	double h, T, qn2;	/* prune_widths; h INFINITY: no pruning */
+	float tau;		/* keys below it are dropped */
 };
 
 /*
@@ -800,6 +823,8 @@ struct worker {
 	struct acand *ac;	/* auto re-rank: kc candidates, */
 	float *ups;		/* their upper ends, sorted, */
 	float *sel;		/* scratch for the k-th lower end */
+	struct prune pr[QTILE];	/* the scan of each heap of cand */
+	float *kbmem;		/* their kb, k apart */
 };
 
 /*
@@ -1076,6 +1101,163 @@ mask_rows(uint32_t mask)
 	    (unsigned)__builtin_popcount(mask);
 }
 
+/* The heap's root key when it is full, else -infinity. */
+static inline float
+heap_thr(const struct tq_topk *h)
+{
+	return h->len == h->k ? h->key[0] : -INFINITY;
+}
+
+/*
+ * Offers x to v[0 .. k), the best `have` values offered so far in
+ * ascending order (v[0] the k-th best once have == k); returns have.
+ */
+static inline uint32_t
+keep_best(float *v, uint32_t have, uint32_t k, float x)
+{
+	uint32_t e;
+
+	if (have < k) {
+		for (e = have++; e > 0 && v[e - 1] > x; e--)
+			v[e] = v[e - 1];
+		v[e] = x;
+	} else if (x > v[0]) {
+		for (e = 0; e + 1 < k && v[e + 1] < x; e++)
+			v[e] = v[e + 1];
+		v[e] = x;
+	}
+	return have;
+}
+
+/*
+ * What pruning needs of query i of the chunk (struct prune): h, half
+ * the widest a = az |s| rho of tq_bound_dist, and T, the widest
+ * rounding term 2.002 |s| E of auto_bounds, with |s| rho and |s| at
+ * their largest (part_wmax).  h INFINITY: no pruning.
+ */
+static void
+prune_widths(const struct ctx *c, size_t i, struct prune *pr)
+{
+	pr->h = INFINITY;
+	pr->T = 0.0;
+	if (!c->prune)
+		return;
+	pr->h = c->az * c->psr / 2.0;
+	pr->T = 2.002 * c->ps * (double)c->qerr[i];
+	pr->qn2 = (double)c->qn2[i];
+}
+
+/* Starts the pruning of heap j of worker w for query i of the chunk. */
+static void
+prune_start(struct worker *w, size_t j, size_t i)
+{
+	const struct ctx *c = w->c;
+	struct prune *pr = &w->pr[j];
+
+	pr->n = 0;
+	pr->tau = -INFINITY;
+	prune_widths(c, i, pr);
+	pr->kb = w->kbmem != NULL ? w->kbmem + j * c->k : NULL;
+}
+
+/*
+ * The lowest key a row may keep when the k-th best key is kk.  In
+ * squared distances D (l2: -key; cosine: 2 - 2 key), tq_bound_dist
+ * bounds a row's distance by (sqrt(h^2 + D - T) - h)^2 from below and
+ * (sqrt(h^2 + D + T) + h)^2 from above, D its estimate (terms below 0
+ * taken as 0); h and T at their largest only widen that.  So the k rows
+ * of the best keys lie within U = (sqrt(h^2 + D_k + T) + h)^2, and a
+ * row whose D - T exceeds (sqrt(h^2 + D_k + T) + 2 h)^2 - h^2 lies
+ * beyond U: its upper end is below the k-th best lower end, so it is
+ * neither a result nor counts against one (finish_auto).  The margin,
+ * 1e-4 of the magnitudes, is ten times what auto_bounds allows for the
+ * keys' own float rounding.
+ */
+static inline float
+prune_tau(const struct ctx *c, float kk, const struct prune *pr)
+{
+	int l2 = c->metric == TQ_METRIC_L2;
+	double dk = l2 ? -(double)kk : 2.0 - 2.0 * (double)kk, h = pr->h, t;
+
+	if (!(h < INFINITY))
+		return -INFINITY;
+	dk += pr->T;
+	t = sqrt(h * h + (dk > 0.0 ? dk : 0.0)) + 2.0 * h;
+	dk = t * t - h * h + pr->T;
+	dk += 1e-4 * (dk + pr->qn2 + 3.0);
+	return (float)(l2 ? -dk : (2.0 - dk) / 2.0);
+}
+
+/*
+ * The largest |s| and |s| rho of the rows of segment p (rho of WDTH, or
+ * rho_g where it has none or an unusable value, as row_rho), each
+ * +infinity if any is not finite.  Found once, by the first search that
+ * prunes, and kept in p->wmax: it reads every row's factors, which a
+ * flat scan reads anyway and an IVF search on a file held in memory
+ * reads once.
+ */
+static void
+part_wmax(struct tq_part *p, float rho_g, double *ms, double *msr)
+{
+	uint64_t v = atomic_load_explicit(&p->wmax, memory_order_acquire);
+	uint32_t hi, lo;
+
+	if (v == 0) {
+		float sm = 0.0f, srm = 0.0f;
+
+		for (uint64_t t = 0; t < p->n; t++) {
+			float a = fabsf(part_row_s(p, p->row0 + t));
+			float rho = rho_g;
+
+			if (p->wdth != NULL) {
+				float x = tq_f16_to_f32(rd_le16(p->wdth +
+				    2 * t));
+
+				if (x >= 0.0f && x < INFINITY)
+					rho = x;
+			}
+			if (!(a < INFINITY))
+				a = INFINITY;
+			sm = a > sm ? a : sm;
+			srm = a * rho > srm ? a * rho : srm;
+		}
+		memcpy(&hi, &sm, 4);
+		memcpy(&lo, &srm, 4);
+		v = (uint64_t)1 << 63 | (uint64_t)hi << 32 | lo;
+		atomic_store_explicit(&p->wmax, v, memory_order_release);
+	}
+	hi = (uint32_t)(v >> 32) & 0x7fffffffu;
+	lo = (uint32_t)v;
+	{
+		float sm, srm;
+
+		memcpy(&sm, &hi, 4);
+		memcpy(&srm, &lo, 4);
+		*ms = sm;
+		*msr = srm;
+	}
+}
+
+/* Key x was pushed: the k best keys, and tau once there are k. */
+static inline void
+prune_note(const struct ctx *c, struct prune *pr, float x)
+{
+	if (pr->n == c->k && !(x > pr->kb[0]))
+		return;
+	pr->n = keep_best(pr->kb, pr->n, c->k, x);
+	if (pr->n == c->k)
+		pr->tau = prune_tau(c, pr->kb[0], pr);
+}
+
+/* The threshold of the kernel's keys: the heap's, or tau if higher. */
+static inline float
+scan_thr(const struct tq_topk *h, const struct prune *pr)
+{
+	float t = heap_thr(h);
+
+	return pr->tau > t ? pr->tau : t;
+}
+
 /*
  * Offers the rows of block blk, their keys key and above (run_keys, for
  * a threshold no higher than the heap's root now), to heap h; rows
@@ -1083,7 +1265,8 @@ mask_rows(uint32_t mask)
  */
 static inline unsigned
 block_push(const struct ctx *c, uint64_t blk, const float *key,
-    uint32_t above, const struct seg *sg, struct tq_topk *h)
+    uint32_t above, const struct seg *sg, struct tq_topk *h,
+    struct prune *pr)
 {
 	uint64_t row = blk * TQ_BLOCK;
 	uint32_t mask;
@@ -1097,18 +1280,15 @@ block_push(const struct ctx *c, uint64_t blk, const float *key,
 		mask &= above;
 	for (; mask != 0; mask &= mask - 1) {
 		j = (unsigned)__builtin_ctz(mask);
-		if (h->len == h->k && key[j] < h->key[0])
+		if ((h->len == h->k && key[j] < h->key[0]) ||
+		    key[j] < pr->tau)
 			continue;
 		cand_push(c->ix, h, key[j], row + j);
+		if (pr->h < INFINITY)
+			prune_note(c, pr, key[j] == key[j] ? key[j] :
+			    -INFINITY);
 	}
 	return offered;
-}
-
-/* The heap's root key when it is full, else -infinity. */
-static inline float
-heap_thr(const struct tq_topk *h)
-{
-	return h->len == h->k ? h->key[0] : -INFINITY;
 }
 
 /*
@@ -1179,6 +1359,7 @@ scan_range(struct worker *w, const struct tq_lut *t, size_t i, uint64_t b0,
     uint64_t b1, const struct seg *sg, struct tq_topk *h)
 {
 	const struct ctx *c = w->c;
+	struct prune *pr = &w->pr[h - w->cand];
 	float key[SCAN_BLOCKS * TQ_BLOCK];
 	uint32_t above[SCAN_BLOCKS];
 	uint64_t b;
@@ -1189,10 +1370,10 @@ scan_range(struct worker *w, const struct tq_lut *t, size_t i, uint64_t b0,
 
 		/* The keys of the run at once, for the root as it was. */
 		run_keys(c, sg->p, t, i, b, nb, w->acc, off, NULL,
-		    heap_thr(h), key, above);
+		    scan_thr(h, pr), key, above);
 		for (size_t bi = 0; bi < nb; bi++)
 			w->st.rows_scanned += block_push(c, b + bi,
-			    key + bi * TQ_BLOCK, above[bi], sg, h);
+			    key + bi * TQ_BLOCK, above[bi], sg, h, pr);
 	}
 }
 
@@ -1256,10 +1437,11 @@ scan_range_multi(struct worker *w, const struct tq_lut *t, size_t i,
 		for (j = 0; j < m; j++) {
 			run_keys(c, sg->p, &t[j], i + j, b, nb,
 			    w->acc + j * stride, tiled ? t[j].dotoff : 0, dec,
-			    heap_thr(&h[j]), key, above);
+			    scan_thr(&h[j], &w->pr[j]), key, above);
 			for (size_t bi = 0; bi < nb; bi++)
 				w->st.rows_scanned += block_push(c, b + bi,
-				    key + bi * TQ_BLOCK, above[bi], sg, &h[j]);
+				    key + bi * TQ_BLOCK, above[bi], sg, &h[j],
+				    &w->pr[j]);
 		}
 	}
 }
@@ -1575,20 +1757,31 @@ cmp_fdesc(const void *a, const void *b)
 
 /*
  * The k best lower ends of ac[0 .. n) (n >= k) into w->sel, ascending,
- * so that w->sel[0] is the k-th best.
+ * so that w->sel[0] is the k-th best.  For small k an insertion into the
+ * k kept is a few compares a candidate (most fall below the k-th), where
+ * sorting all n with qsort was 6 % of a single IVF query's time.
  */
+#define FLOOR_INSERT_K 64u
 static void
 floor_init(struct worker *w, uint32_t n, uint32_t k)
 {
-	for (uint32_t t = 0; t < n; t++)
-		w->sel[t] = w->ac[t].lo;
-	qsort(w->sel, n, sizeof(*w->sel), cmp_fdesc);
-	for (uint32_t t = 0; t < k / 2; t++) {
-		float x = w->sel[t];
+	float *v = w->sel;
+	uint32_t t, e;
 
-		w->sel[t] = w->sel[k - 1 - t];
-		w->sel[k - 1 - t] = x;
+	if (k > FLOOR_INSERT_K) {
+		for (t = 0; t < n; t++)
+			v[t] = w->ac[t].lo;
+		qsort(v, n, sizeof(*v), cmp_fdesc);
+		for (t = 0; t < k / 2; t++) {
+			float x = v[t];
+
+			v[t] = v[k - 1 - t];
+			v[k - 1 - t] = x;
+		}
+		return;
 	}
+	for (t = 0, e = 0; t < n; t++)
+		e = keep_best(v, e, k, w->ac[t].lo);
 }
 
 /*
@@ -1713,32 +1906,63 @@ finish_auto(struct worker *w, size_t i, const struct tq_topk *cand)
 	const float *qv = c->qv + i * c->dim;
 	struct acand *ac = w->ac;
 	uint32_t n = cand->len, k = c->k < n ? c->k : n, t, e, m;
-	uint32_t done = 0, pf;
+	uint32_t done = 0, pf, ns, nu;
+	float fl;
 	size_t qi[REFINE_ROWS] = { i, i, i, i };
 	double t0 = c->timed ? now() : 0.0, tr = 0.0;
 
 	tq_topk_reset(&w->fin);
 	if (n == 0)
 		goto out;
-	for (t = 0; t < n; t++) {
-		ac[t].row = cand->id[t];
-		ac[t].key = cand->key[t];
-		ac[t].state = 0;
-		auto_bounds(c, i, &ac[t]);
+	/*
+	 * The scan pruned with the k-th best key it had seen; the rows the
+	 * final one prunes are dropped here, so that those kept do not
+	 * depend on the order they came in (struct prune).
+	 */
+	fl = -INFINITY;
+	if (c->prune && n >= c->k) {
+		struct prune pr;
+
+		for (t = 0, e = 0; t < n; t++)
+			e = keep_best(w->sel, e, k, cand->key[t]);
+		prune_widths(c, i, &pr);
+		fl = prune_tau(c, w->sel[0], &pr);
 	}
+	for (t = 0, e = 0; t < n; t++) {
+		if (cand->key[t] < fl)
+			continue;
+		ac[e].row = cand->id[t];
+		ac[e].key = cand->key[t];
+		ac[e].state = 0;
+		auto_bounds(c, i, &ac[e++]);
+	}
+	n = e;
 	floor_init(w, n, k);
-	qsort(ac, n, sizeof(*ac), cmp_acand);
+	/*
+	 * Only those reaching the k-th best lower end are walked, so only
+	 * they are sorted; the rest only if that end falls below where it
+	 * started (a refined lower end below its scan one).
+	 */
+	fl = w->sel[0];
+	ns = contenders(ac, n, fl);
+	qsort(ac, ns, sizeof(*ac), cmp_acand);
 
 	/*
 	 * Best scan upper end first, those that still reach the k-th best
 	 * lower end are scored again with unrounded tables, a few rows at a
 	 * time; the tighter lower ends raise it.
 	 */
-	for (m = 0; m < n && ac[m].up >= w->sel[0]; m += e) {
+	for (m = 0;; m += e) {
 		uint64_t rows[REFINE_ROWS];
 		float rk[REFINE_ROWS];
 		unsigned u;
 
+		if (ns < n && w->sel[0] < fl) {
+			qsort(ac + ns, n - ns, sizeof(*ac), cmp_acand);
+			ns = n;
+		}
+		if (m >= n || ac[m].up < w->sel[0])
+			break;
 		for (e = 0; e < REFINE_ROWS && m + e < n &&
 		    ac[m + e].up >= w->sel[0]; e++)
 			rows[e] = ac[m + e].row;
@@ -1755,13 +1979,22 @@ finish_auto(struct worker *w, size_t i, const struct tq_topk *cand)
 		}
 	}
 	w->st.refined += m;
-	/* Every candidate's upper end counts against the others'. */
-	for (t = 0; t < n; t++)
-		w->ups[t] = ac[t].up;
-	qsort(w->ups, n, sizeof(*w->ups), cmp_fdesc);
 	floor_init(w, m, k);
 	m = contenders(ac, m, w->sel[0]);
 	qsort(ac, m, sizeof(*ac), cmp_acand);
+	/*
+	 * Every candidate's upper end counts against the others', but only
+	 * those at or above the lowest lower end of the contenders can
+	 * count (count_at_least is asked of their lower ends, which do not
+	 * change until they are read).
+	 */
+	fl = INFINITY;
+	for (t = 0; t < m; t++)
+		fl = ac[t].lo < fl ? ac[t].lo : fl;
+	for (t = 0, nu = 0; t < n; t++)
+		if (ac[t].up >= fl)
+			w->ups[nu++] = ac[t].up;
+	qsort(w->ups, nu, sizeof(*w->ups), cmp_fdesc);
 	if (c->timed)
 		tr = now() - t0;
 
@@ -1773,10 +2006,10 @@ finish_auto(struct worker *w, size_t i, const struct tq_topk *cand)
 	/* Larger than memory: those that may be read, asked for at once. */
 	if (c->ix->beyond_memory)
 		for (pf = 0; pf < m; pf++)
-			if (count_at_least(w->ups, n, ac[pf].lo) > k)
+			if (count_at_least(w->ups, nu, ac[pf].lo) > k)
 				advise_row(c, ac[pf].row);
 	for (pf = 0, e = 0; pf < m && e < RERANK_AHEAD; pf++)
-		if (count_at_least(w->ups, n, ac[pf].lo) > k) {
+		if (count_at_least(w->ups, nu, ac[pf].lo) > k) {
 			prefetch_original(c, ac[pf].row);
 			e++;
 		}
@@ -1784,10 +2017,10 @@ finish_auto(struct worker *w, size_t i, const struct tq_topk *cand)
 		struct acand *a = &ac[t];
 		float key;
 
-		if (count_at_least(w->ups, n, a->lo) <= k)
+		if (count_at_least(w->ups, nu, a->lo) <= k)
 			continue;	/* a result, whatever the others */
 		for (pf = pf > t ? pf : t + 1; pf < m; pf++)
-			if (count_at_least(w->ups, n, ac[pf].lo) > k) {
+			if (count_at_least(w->ups, nu, ac[pf].lo) > k) {
 				prefetch_original(c, ac[pf++].row);
 				break;
 			}
@@ -1795,7 +2028,7 @@ finish_auto(struct worker *w, size_t i, const struct tq_topk *cand)
 		if (key != key)		/* a hostile file's NaN original */
 			key = -INFINITY;
 		done++;
-		ups_replace(w->ups, n, a->up, key);
+		ups_replace(w->ups, nu, a->up, key);
 		e = floor_raise(w, k, a->lo, key) != 0;
 		a->key = a->lo = a->up = key;
 		a->state = 2;
@@ -2169,6 +2402,7 @@ run(void *arg)
 		double t0 = c->timed ? now() : 0.0;
 
 		tq_topk_reset(&w->cand[0]);
+		prune_start(w, 0, c->query);
 		w->nhits = 0;
 		w->nomem = 0;
 		for (size_t e = 0; e < c->nseg; e++) {
@@ -2203,6 +2437,7 @@ run(void *arg)
 			t1 = c->timed ? now() : 0.0;
 			w->st.t_tables += t1 - t0;
 			tq_topk_reset(&w->cand[0]);
+			prune_start(w, 0, i);
 			for (size_t e = 0; e < ns; e++)
 				scan_range(w, &w->lut[0], i, w->segs[e].b0,
 				    w->segs[e].b1, &w->segs[e], &w->cand[0]);
@@ -2224,6 +2459,7 @@ run(void *arg)
 			    &w->lut[j]);
 			c->qerr[i + j] = round_width(c, &w->lut[j]);
 			tq_topk_reset(&w->cand[j]);
+			prune_start(w, j, i + j);
 		}
 		t1 = c->timed ? now() : 0.0;
 		w->st.t_tables += t1 - t0;
@@ -2330,6 +2566,7 @@ scratch_free(struct scratch *s)
 			free(s->w[t].ac);
 			free(s->w[t].ups);
 			free(s->w[t].sel);
+			free(s->w[t].kbmem);
 			tq_topk_free(&s->w[t].fin);
 			tq_topk_free(&s->w[t].pick);
 		}
@@ -2426,6 +2663,11 @@ scratch_alloc(struct scratch *s, const struct tq_quantizer *q, unsigned nw,
 			w->sel = tq_mallocarray(kc, sizeof(*w->sel));
 			if (w->ac == NULL || w->ups == NULL ||
 			    w->sel == NULL)
+				return tq_fail(TQ_ERR_NOMEM, "search: "
+				    "candidates");
+			if (kf <= FLOOR_INSERT_K && (w->kbmem =
+			    tq_mallocarray(ntab * kf, sizeof(*w->kbmem))) ==
+			    NULL)
 				return tq_fail(TQ_ERR_NOMEM, "search: "
 				    "candidates");
 		}
@@ -2782,6 +3024,23 @@ tq_search_refine(const struct tq_index *ix, const float *queries, size_t nq,
 		double dd = distortion[q->bits];
 
 		c.rho_g = (float)sqrt(dd / (1.0 - dd));
+	}
+	/*
+	 * Pruning the scan (struct prune): for l2 and cosine (ip's widths
+	 * have no distance to bound them by), vectors stored once, k the
+	 * k best keys are kept for, and files held in memory.
+	 */
+	if (c.autor && q->metric != TQ_METRIC_IP && ix->dups <= 1 &&
+	    kf == p->k && kf <= FLOOR_INSERT_K && !ix->beyond_memory) {
+		c.prune = 1;
+		for (uint32_t e = 0; e < ix->nparts; e++) {
+			double ms, msr;
+
+			part_wmax(&ix->parts[e], c.rho_g, &ms, &msr);
+			c.ps = ms > c.ps ? ms : c.ps;
+			c.psr = msr > c.psr ? msr : c.psr;
+		}
+		c.prune = c.ps < INFINITY && c.psr < INFINITY;
 	}
 	c.allow = p->allow != NULL ? p->allow->words : NULL;
 	c.masked = c.allow != NULL || ix->live < ix->n;

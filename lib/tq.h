@@ -749,7 +749,8 @@ struct tq_search_params {
  *                    row copied to several probed lists counts per copy
  *   candidates       candidates the scan kept for the next step, summed
  *                    over the queries (at most k * oversample, or
- *                    k * 4 without re-rank; for range search those
+ *                    k * 4 without re-rank, k * TQ_AUTO_CAP or fewer
+ *                    with TQ_OVERSAMPLE_AUTO; for range search those
  *                    within the loosened radius)
  *   refined          candidates re-scored with float tables (no re-rank,
  *                    or a range search without originals)
@@ -784,7 +785,11 @@ struct tq_search_stats {
 /*
  * Error-bounded re-rank (oversample TQ_OVERSAMPLE_AUTO, needs originals):
  * the scan keeps the best k * TQ_AUTO_CAP candidates by estimate (at most
- * the rows).  Each gets an interval of scores from its estimate, the
+ * the rows), less those whose estimate is so far below the k-th best
+ * that their upper end, with the widest interval of any row, is below
+ * every lower end of the best k (l2 and cosine, k <= 64, vectors stored
+ * once, files held in memory; the first such search reads every row's
+ * factors once to find that width).  Each gets an interval of scores from its estimate, the
  * bound of tq(5) "Error bound" at confidence z (p->auto_z, default
  * TQ_AUTO_Z) and the rounding of the query's tables (z times its scale as
  * a sum of errors of either sign, at most its worst case): the bound's width
