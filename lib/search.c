@@ -1275,8 +1275,11 @@ block_push(const struct ctx *c, uint64_t blk, const float *key,
 	(void)block_rows(c, sg->p, blk, &mask);
 	mask &= row_window(blk, sg->r0, sg->r1);
 	offered = mask_rows(mask);
-	/* The heap's root is its worst entry. */
-	if (h->len == h->k)
+	/*
+	 * The heap's root is its worst entry; above is for the higher of
+	 * it and tau when the run began, which both only rise.
+	 */
+	if (h->len == h->k || pr->tau > -INFINITY)
 		mask &= above;
 	for (; mask != 0; mask &= mask - 1) {
 		j = (unsigned)__builtin_ctz(mask);
