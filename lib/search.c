@@ -755,20 +755,19 @@ struct ctx {
 
 /*
  * Error-bounded re-rank's scan of one query: a row whose upper end lies
- * below the k-th best lower end cannot be a result nor settle one
- * (finish_auto), and every lower end is at least its key less W, every
- * upper end at most its key plus W, W the widest half-width of any row
- * (part_wmax, prune_start).  So with K the k-th best key seen, a row
- * whose key is below tau = K - 2 W (and a margin for float rounding)
- * need not be kept: fewer rows enter the heap, and of those that did,
- * the ones below the final tau are dropped before the bounds
- * (finish_auto).  K only rises, so the rows kept are those of the whole
- * heap above the final tau, whatever the threads and batches.
+ * below the k-th best lower end can neither be a result nor settle one
+ * (finish_auto).  With every row's interval widened to the widest of
+ * any row (part_wmax), that holds of every row whose key is below tau,
+ * a function of the k-th best key seen (prune_tau).  Such rows are not
+ * kept: fewer enter the heap, and of those that did, the ones below the
+ * final tau are dropped before the bounds (finish_auto).  The k-th best
+ * key only rises, so the rows kept are those of the whole heap above the
+ * final tau, whatever the threads and batches.
  */
 struct prune {
 	float *kb;		/* the k best keys pushed, ascending */
 	uint32_t n;
-	double h, T, qn2;	/* prune_widths; h INFINITY: no pruning */
+	double h, T, qn2;	/* prune_widths */
 	float tau;		/* keys below it are dropped */
 };
 
@@ -1133,15 +1132,11 @@ keep_best(float *v, uint32_t have, uint32_t k, float x)
  * What pruning needs of query i of the chunk (struct prune): h, half
  * the widest a = az |s| rho of tq_bound_dist, and T, the widest
  * rounding term 2.002 |s| E of auto_bounds, with |s| rho and |s| at
- * their largest (part_wmax).  h INFINITY: no pruning.
+ * their largest (part_wmax).
  */
 static void
 prune_widths(const struct ctx *c, size_t i, struct prune *pr)
 {
-	pr->h = INFINITY;
-	pr->T = 0.0;
-	if (!c->prune)
-		return;
 	pr->h = c->az * c->psr / 2.0;
 	pr->T = 2.002 * c->ps * (double)c->qerr[i];
 	pr->qn2 = (double)c->qn2[i];
@@ -1156,8 +1151,10 @@ prune_start(struct worker *w, size_t j, size_t i)
 
 	pr->n = 0;
 	pr->tau = -INFINITY;
-	prune_widths(c, i, pr);
-	pr->kb = w->kbmem != NULL ? w->kbmem + j * c->k : NULL;
+	if (c->prune) {
+		prune_widths(c, i, pr);
+		pr->kb = w->kbmem + j * c->k;
+	}
 }
 
 /*
@@ -1179,8 +1176,6 @@ prune_tau(const struct ctx *c, float kk, const struct prune *pr)
 	int l2 = c->metric == TQ_METRIC_L2;
 	double dk = l2 ? -(double)kk : 2.0 - 2.0 * (double)kk, h = pr->h, t;
 
-	if (!(h < INFINITY))
-		return -INFINITY;
 	dk += pr->T;
 	t = sqrt(h * h + (dk > 0.0 ? dk : 0.0)) + 2.0 * h;
 	dk = t * t - h * h + pr->T;
@@ -1200,11 +1195,10 @@ static void
 part_wmax(struct tq_part *p, float rho_g, double *ms, double *msr)
 {
 	uint64_t v = atomic_load_explicit(&p->wmax, memory_order_acquire);
-	uint32_t hi, lo;
+	float f[2] = { 0.0f, 0.0f };	/* |s|, |s| rho */
+	uint32_t b[2];
 
 	if (v == 0) {
-		float sm = 0.0f, srm = 0.0f;
-
 		for (uint64_t t = 0; t < p->n; t++) {
 			float a = fabsf(part_row_s(p, p->row0 + t));
 			float rho = rho_g;
@@ -1218,30 +1212,29 @@ part_wmax(struct tq_part *p, float rho_g, double *ms, double *msr)
 			}
 			if (!(a < INFINITY))
 				a = INFINITY;
-			sm = a > sm ? a : sm;
-			srm = a * rho > srm ? a * rho : srm;
+			f[0] = a > f[0] ? a : f[0];
+			f[1] = a * rho > f[1] ? a * rho : f[1];
 		}
-		memcpy(&hi, &sm, 4);
-		memcpy(&lo, &srm, 4);
-		v = (uint64_t)1 << 63 | (uint64_t)hi << 32 | lo;
+		memcpy(b, f, sizeof(b));
+		v = (uint64_t)1 << 63 | (uint64_t)b[0] << 32 | b[1];
 		atomic_store_explicit(&p->wmax, v, memory_order_release);
 	}
-	hi = (uint32_t)(v >> 32) & 0x7fffffffu;
-	lo = (uint32_t)v;
-	{
-		float sm, srm;
-
-		memcpy(&sm, &hi, 4);
-		memcpy(&srm, &lo, 4);
-		*ms = sm;
-		*msr = srm;
-	}
+	b[0] = (uint32_t)(v >> 32) & 0x7fffffffu;
+	b[1] = (uint32_t)v;
+	memcpy(f, b, sizeof(f));
+	*ms = f[0];
+	*msr = f[1];
 }
 
-/* Key x was pushed: the k best keys, and tau once there are k. */
+/*
+ * Key x was pushed: the k best keys, and tau once there are k.  A NaN
+ * key is -infinity, as in the heap.
+ */
 static inline void
 prune_note(const struct ctx *c, struct prune *pr, float x)
 {
+	if (x != x)
+		x = -INFINITY;
 	if (pr->n == c->k && !(x > pr->kb[0]))
 		return;
 	pr->n = keep_best(pr->kb, pr->n, c->k, x);
@@ -1287,9 +1280,8 @@ block_push(const struct ctx *c, uint64_t blk, const float *key,
 		    key[j] < pr->tau)
 			continue;
 		cand_push(c->ix, h, key[j], row + j);
-		if (pr->h < INFINITY)
-			prune_note(c, pr, key[j] == key[j] ? key[j] :
-			    -INFINITY);
+		if (c->prune)
+			prune_note(c, pr, key[j]);
 	}
 	return offered;
 }
@@ -1761,8 +1753,9 @@ cmp_fdesc(const void *a, const void *b)
 /*
  * The k best lower ends of ac[0 .. n) (n >= k) into w->sel, ascending,
  * so that w->sel[0] is the k-th best.  For small k an insertion into the
- * k kept is a few compares a candidate (most fall below the k-th), where
- * sorting all n with qsort was 6 % of a single IVF query's time.
+ * k kept is a few compares a candidate (most fall below the k-th); the
+ * qsorts of finish_auto, this one among them, were 7.6 % of the perf
+ * samples of single 4-bit IVF queries on Fashion-MNIST.
  */
 #define FLOOR_INSERT_K 64u
 static void
@@ -3029,12 +3022,14 @@ tq_search_refine(const struct tq_index *ix, const float *queries, size_t nq,
 		c.rho_g = (float)sqrt(dd / (1.0 - dd));
 	}
 	/*
-	 * Pruning the scan (struct prune): for l2 and cosine (ip's widths
-	 * have no distance to bound them by), vectors stored once, k the
-	 * k best keys are kept for, and files held in memory.
+	 * Pruning the scan (struct prune): where the auto re-rank has room
+	 * for the k best keys (scratch_alloc: k <= FLOOR_INSERT_K), for l2
+	 * and cosine (ip's widths have no distance to bound them by),
+	 * vectors stored once, k the k best keys are kept for, and files
+	 * held in memory.
 	 */
-	if (c.autor && q->metric != TQ_METRIC_IP && ix->dups <= 1 &&
-	    kf == p->k && kf <= FLOOR_INSERT_K && !ix->beyond_memory) {
+	if (s.w[0].kbmem != NULL && q->metric != TQ_METRIC_IP &&
+	    ix->dups <= 1 && kf == p->k && !ix->beyond_memory) {
 		c.prune = 1;
 		for (uint32_t e = 0; e < ix->nparts; e++) {
 			double ms, msr;

@@ -785,30 +785,29 @@ struct tq_search_stats {
 /*
  * Error-bounded re-rank (oversample TQ_OVERSAMPLE_AUTO, needs originals):
  * the scan keeps the best k * TQ_AUTO_CAP candidates by estimate (at most
- * the rows), less those whose estimate is so far below the k-th best
- * that their upper end, with the widest interval of any row, is below
- * every lower end of the best k (l2 and cosine, k <= 64, vectors stored
- * once, files held in memory; the first such search reads every row's
- * factors once to find that width).  Each gets an interval of scores from its estimate, the
- * bound of tq(5) "Error bound" at confidence z (p->auto_z, default
- * TQ_AUTO_Z) and the rounding of the query's tables (z times its scale as
- * a sum of errors of either sign, at most its worst case): the bound's width
- * shrinks with the candidate's distance to the query, so it is tight
- * exactly for the candidates near the k-th.  The candidates whose
- * interval reaches the k-th best lower end are scored again with
- * unrounded tables (no rounding term).  Then, best upper end first (ties
- * by row), each candidate that fewer than k others could beat is a
- * result without being read; one that could go either way is scored
- * exactly from its original, which may settle others; the first whose
- * upper end is below the k-th best lower end ends it.  The k results are
- * the best by score, which is exact for the candidates read and the
- * unrounded estimate for the others: the set is decided by the bounds,
+ * the rows), less those whose estimate is so far below the k-th best that
+ * their upper end, with the widest interval of any row, is below every lower
+ * end of the best k (l2 and cosine, k <= 64, vectors stored once, files held
+ * in memory; the first such search reads every row's factors once to find
+ * that width).  Each gets an interval of scores from its estimate, the bound
+ * of tq(5) "Error bound" at confidence z (p->auto_z, default TQ_AUTO_Z) and
+ * the rounding of the query's tables (z times its scale as a sum of errors
+ * of either sign, at most its worst case): the bound's width shrinks with
+ * the candidate's distance to the query, so it is tight exactly for the
+ * candidates near the k-th.  The candidates whose interval reaches the k-th
+ * best lower end are scored again with unrounded tables (no rounding
+ * term).  Then, best upper end first (ties by row), each candidate that fewer
+ * than k others could beat is a result without being read; one that could go
+ * either way is scored exactly from its original, which may settle others;
+ * the first whose upper end is below the k-th best lower end ends it.  The k
+ * results are the best by score, which is exact for the candidates read and
+ * the unrounded estimate for the others: the set is decided by the bounds,
  * the order among results not read by their estimates.  A true neighbour
  * among the candidates is missed only when some error exceeds its bound,
- * which for one vector and query has a probability of about that of a
- * normal beyond +-z (z = 2: 4.6%, two-sided; far less for the set, since
- * only errors across the k-th score matter).  Results never depend on
- * threads, kernels or batches.
+ * which for one vector and query has a probability of about that of a normal
+ * beyond +-z (z = 2: 4.6%, two-sided; far less for the set, since only
+ * errors across the k-th score matter).  Results never depend on threads,
+ * kernels or batches.
  */
 #define TQ_OVERSAMPLE_AUTO (-1.0f)
 #define TQ_AUTO_Z 2.0
