@@ -810,7 +810,8 @@ struct worker {
 	struct tq_topk fin;	/* results: (final key, external id) */
 	struct tq_topk pick;	/* pre-rank: (refined key, row), kr of them */
 	uint32_t kc;		/* candidates per query */
-	struct rc *rcs;		/* a tile's candidates (refine_tile) */
+	struct rc *rcs;		/* a tile's candidates (refine_tile), */
+	struct rc *rctmp;	/* as many more to sort them */
 	float *rkey;		/* their refined keys, kc per query */
 	uint8_t *codes;		/* dim unpacked codes: 3-bit refinement */
 	float *row;		/* dim floats: an original being re-ranked */
@@ -1604,12 +1605,53 @@ refined_keys(const struct ctx *c, struct worker *w, const size_t *qi,
 		key[t] = refined_key(c, qi[t], r[t], dot[t]);
 }
 
-static int
-cmp_rc(const void *a, const void *b)
+/*
+ * Orders the n candidates a of a tile by block (row / 32), the order in
+ * which refine_tile reads them: a few by insertion, more by an LSD radix
+ * sort of 8-bit digits, as many as the largest block number has, through
+ * tmp (n more).  glibc's qsort, a merge sort through a comparison call,
+ * was 3.3 % of a 1-bit batch over Fashion-MNIST in perf.
+ */
+static void
+rc_sort(struct rc *a, size_t n, struct rc *tmp)
 {
-	const struct rc *x = a, *y = b;
+	struct rc *src = a, *dst = tmp, *x;
+	uint64_t top = 0;
+	size_t i, j;
 
-	return x->row < y->row ? -1 : x->row > y->row;
+	if (n <= 32) {
+		for (i = 1; i < n; i++) {
+			struct rc v = a[i];
+
+			for (j = i; j > 0 && a[j - 1].row >> 5 > v.row >> 5; j--)
+				a[j] = a[j - 1];
+			a[j] = v;
+		}
+		return;
+	}
+	for (i = 0; i < n; i++)
+		top |= a[i].row >> 5;
+	for (unsigned sh = 0; sh < 64 && top >> sh != 0; sh += 8) {
+		size_t pos[256] = { 0 }, sum = 0;
+
+		for (i = 0; i < n; i++)
+			pos[(src[i].row >> 5 >> sh) & 255]++;
+		if (pos[(src[0].row >> 5 >> sh) & 255] == n)
+			continue;	/* one digit: already in order */
+		for (i = 0; i < 256; i++) {
+			size_t c = pos[i];
+
+			pos[i] = sum;
+			sum += c;
+		}
+		for (i = 0; i < n; i++)
+			dst[pos[(src[i].row >> 5 >> sh) & 255]++] = src[i];
+		x = src;
+		src = dst;
+		dst = x;
+	}
+	if (src != a)
+		memcpy(a, src, n * sizeof(*a));
 }
 
 /*
@@ -1630,7 +1672,7 @@ refine_tile(struct worker *w, size_t i, size_t m)
 		for (uint32_t t = 0; t < w->cand[j].len; t++)
 			w->rcs[n++] = (struct rc){ w->cand[j].id[t],
 			    (uint32_t)j, t };
-	qsort(w->rcs, n, sizeof(*w->rcs), cmp_rc);
+	rc_sort(w->rcs, n, w->rctmp);
 	for (e = 0; e < n; e += REFINE_ROWS) {
 		unsigned nr = n - e < REFINE_ROWS ? (unsigned)(n - e) :
 		    REFINE_ROWS, t;
@@ -2583,6 +2625,7 @@ scratch_free(struct scratch *s)
 				tq_topk_free(&s->w[t].cand[j]);
 			free(s->w[t].lutmem);
 			free(s->w[t].rcs);
+			free(s->w[t].rctmp);
 			free(s->w[t].rkey);
 			free(s->w[t].acc);
 			free(s->w[t].segs);
@@ -2704,8 +2747,11 @@ scratch_alloc(struct scratch *s, const struct tq_quantizer *q, unsigned nw,
 		w->kc = kc;
 		if ((uint64_t)ntab * kc <= REFINE_TILE_MAX) {
 			w->rcs = tq_mallocarray(ntab * kc, sizeof(*w->rcs));
+			w->rctmp = tq_mallocarray(ntab * kc,
+			    sizeof(*w->rctmp));
 			w->rkey = tq_mallocarray(ntab * kc, sizeof(*w->rkey));
-			if (w->rcs == NULL || w->rkey == NULL)
+			if (w->rcs == NULL || w->rctmp == NULL ||
+			    w->rkey == NULL)
 				return tq_fail(TQ_ERR_NOMEM, "search: "
 				    "candidates");
 		}
