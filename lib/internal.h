@@ -1382,20 +1382,38 @@ double tq_dot_lanes(const float *a, const float *b, uint32_t dim);
 void tq_bound_dist(double dlo, double dhi, double a, double qn, double *lo,
     double *hi);
 
-/* A bounded top-k heap of (key, id): higher key better, ties smaller id. */
+/*
+ * A bounded top-k of (key, id): higher key better, ties smaller id.  A
+ * heap (tq_topk_init) holds the k best so far, its worst at index 0.  A
+ * lazy one (tq_topk_init_lazy) appends what beats its threshold to room
+ * for 2k and, when that is full, keeps the k best: between those
+ * selections it may hold more than k, some no longer among the best, and
+ * tq_topk_settle leaves the k best.  Both: once full is set, (thr,
+ * thr_id) is the worst entry there is reason to keep, and what is not
+ * better than it is not taken.
+ */
 struct tq_topk {
 	uint32_t k, len;
 	float *key;
 	uint64_t *id;
+	uint32_t cap;		/* entries allocated: k, or 2k (lazy) */
+	int full;
+	float thr;
+	uint64_t thr_id;
 };
 enum tq_status tq_topk_init(struct tq_topk *h, uint32_t k);
+/* A lazy top-k: a heap where k > TQ_TOPK_LAZY_MAX. */
+#define TQ_TOPK_LAZY_MAX 4096u
+enum tq_status tq_topk_init_lazy(struct tq_topk *h, uint32_t k);
+/* Leaves the k best in [0, len), in no order. */
+void tq_topk_settle(struct tq_topk *h);
 void tq_topk_free(struct tq_topk *h);
 void tq_topk_reset(struct tq_topk *h);
 /* Inserts if it belongs in the top k. */
 void tq_topk_push(struct tq_topk *h, float key, uint64_t id);
 /* Would (key, id) enter the heap? */
 int tq_topk_admits(const struct tq_topk *h, float key, uint64_t id);
-/* Sorts best first in place (the heap property is lost). */
+/* Sorts best first in place (the heap property is lost; lazy: settled). */
 void tq_topk_sort(struct tq_topk *h);
 
 #endif /* TQ_INTERNAL_H */

@@ -1101,11 +1101,11 @@ mask_rows(uint32_t mask)
 	    (unsigned)__builtin_popcount(mask);
 }
 
-/* The heap's root key when it is full, else -infinity. */
+/* The key a candidate must reach once the top-k is full, else -infinity. */
 static inline float
 heap_thr(const struct tq_topk *h)
 {
-	return h->len == h->k ? h->key[0] : -INFINITY;
+	return h->full ? h->thr : -INFINITY;
 }
 
 /*
@@ -1270,15 +1270,14 @@ block_push(const struct ctx *c, uint64_t blk, const float *key,
 	mask &= row_window(blk, sg->r0, sg->r1);
 	offered = mask_rows(mask);
 	/*
-	 * The heap's root is its worst entry; above is for the higher of
-	 * it and tau when the run began, which both only rise.
+	 * above is for the higher of the top-k's threshold and tau when the
+	 * run began, which both only rise.
 	 */
-	if (h->len == h->k || pr->tau > -INFINITY)
+	if (h->full || pr->tau > -INFINITY)
 		mask &= above;
 	for (; mask != 0; mask &= mask - 1) {
 		j = (unsigned)__builtin_ctz(mask);
-		if ((h->len == h->k && key[j] < h->key[0]) ||
-		    key[j] < pr->tau)
+		if ((h->full && key[j] < h->thr) || key[j] < pr->tau)
 			continue;
 		cand_push(c->ix, h, key[j], row + j);
 		if (c->prune)
@@ -1668,10 +1667,12 @@ refine_tile(struct worker *w, size_t i, size_t m)
 	const struct ctx *c = w->c;
 	size_t n = 0, e;
 
-	for (size_t j = 0; j < m; j++)
+	for (size_t j = 0; j < m; j++) {
+		tq_topk_settle(&w->cand[j]);
 		for (uint32_t t = 0; t < w->cand[j].len; t++)
 			w->rcs[n++] = (struct rc){ w->cand[j].id[t],
 			    (uint32_t)j, t };
+	}
 	rc_sort(w->rcs, n, w->rctmp);
 	for (e = 0; e < n; e += REFINE_ROWS) {
 		unsigned nr = n - e < REFINE_ROWS ? (unsigned)(n - e) :
@@ -2164,7 +2165,7 @@ pick_rerank(struct worker *w, size_t i, const struct tq_topk *cand,
  * if not NULL, holds the candidates' refined keys (refine_tile).
  */
 static void
-finish(struct worker *w, size_t i, const struct tq_topk *cand,
+finish(struct worker *w, size_t i, struct tq_topk *cand,
     const float *pre)
 {
 	const struct ctx *c = w->c;
@@ -2177,6 +2178,8 @@ finish(struct worker *w, size_t i, const struct tq_topk *cand,
 	uint32_t n = cand->len, t, e;
 	double t0, tr = 0.0;
 
+	tq_topk_settle(cand);	/* its k best, as a heap holds them */
+	n = cand->len;
 	if (c->autor) {
 		finish_auto(w, i, cand);
 		return;
@@ -2671,7 +2674,7 @@ query_tile(const struct tq_quantizer *q)
 static enum tq_status
 scratch_alloc(struct scratch *s, const struct tq_quantizer *q, unsigned nw,
     size_t chunk, uint32_t kc, uint32_t kf, uint32_t kr, int cosine,
-    uint32_t probes, uint32_t nparts, int autor)
+    uint32_t probes, uint32_t nparts, int autor, int lazy)
 {
 	size_t nseg = (probes > 0 ? probes : 1) * (size_t)nparts;
 
@@ -2721,7 +2724,8 @@ scratch_alloc(struct scratch *s, const struct tq_quantizer *q, unsigned nw,
 		w->lutstride = lutbytes;
 		for (j = 0; j < ntab; j++) {
 			w->lut[j].lut = w->lutmem + j * lutbytes;
-			TQ_TRY(tq_topk_init(&w->cand[j], kc));
+			TQ_TRY(lazy ? tq_topk_init_lazy(&w->cand[j], kc) :
+			    tq_topk_init(&w->cand[j], kc));
 		}
 		TQ_TRY(tq_topk_init(&w->fin, kf));
 		if (kr > 0)
@@ -3072,8 +3076,13 @@ tq_search_refine(const struct tq_index *ix, const float *queries, size_t nq,
 		    ix->nblocks > 0 ? ix->nblocks : 1);
 	cosine = q->metric == TQ_METRIC_COSINE;
 
+	/*
+	 * Lazy candidate top-ks (topk.c) unless copies of a vector may
+	 * meet: cand_push keeps a second copy out by the first one held,
+	 * which a lazy top-k may still hold after a heap had dropped it.
+	 */
 	st = scratch_alloc(&s, q, nw, chunk, kc, kf, kr, cosine, probes,
-	    ix->nparts, p->oversample < 0.0f);
+	    ix->nparts, p->oversample < 0.0f, ix->dups <= 1);
 	if (st != TQ_OK) {
 		scratch_free(&s);
 		return st;
@@ -3244,7 +3253,7 @@ tq_search_range(const struct tq_index *ix, const float *queries, size_t nq,
 		nw = 1024;
 	st = scratch_alloc(&s, q, nw, chunk, 1, 1, 0,
 	    q->metric == TQ_METRIC_COSINE, resolve_probes(ix, p), ix->nparts,
-	    0);
+	    0, 0);
 	if (st == TQ_OK && (rres = tq_callocarray(chunk, sizeof(*rres))) ==
 	    NULL)
 		st = tq_fail(TQ_ERR_NOMEM, "out of memory");

@@ -66,6 +66,60 @@ cmp_pair(const void *a, const void *b)
 /* ------------------------------------------------------------------------ */
 /* (1) top-k against sorting                                                 */
 
+/*
+ * The lazy top-k keeps what a heap keeps: pushed in random, ascending
+ * and descending order (orders that defeat a quickselect's pivot), with
+ * few distinct keys (ties broken by id) or many, through selections at
+ * 2k, a settle, a push after it, and the sort.
+ */
+static void
+test_topk_lazy(void)
+{
+	static const uint32_t ks[] = { 1, 2, 3, 10, 40, 160, 999, 1000, 5000 };
+	size_t n = 3000, i, ki, order;
+	struct pair *all = malloc(n * sizeof(*all));
+	struct pair *s = malloc(n * sizeof(*s));
+	struct tq_topk h;
+
+	for (order = 0; order < 4; order++) {
+		for (i = 0; i < n; i++) {
+			all[i].id = (i * 7919) % n;
+			all[i].key = order == 3 ? (float)(rnd() % 5) : gauss();
+		}
+		memcpy(s, all, n * sizeof(*s));
+		qsort(s, n, sizeof(*s), cmp_pair);
+		if (order == 1)		/* best first */
+			memcpy(all, s, n * sizeof(*s));
+		if (order == 2)		/* worst first */
+			for (i = 0; i < n; i++)
+				all[i] = s[n - 1 - i];
+		for (ki = 0; ki < sizeof(ks) / sizeof(ks[0]); ki++) {
+			uint32_t k = ks[ki], want = k < n ? k : (uint32_t)n;
+			int ok = 1;
+
+			CHECK_ST(tq_topk_init_lazy(&h, k), TQ_OK);
+			CHECK(h.cap == (k <= TQ_TOPK_LAZY_MAX ? 2 * k : k));
+			for (i = 0; i + 1 < n; i++) {
+				tq_topk_push(&h, all[i].key, all[i].id);
+				if (h.len > h.cap)
+					ok = 0;
+			}
+			tq_topk_settle(&h);
+			CHECK(h.len == (want < n - 1 ? want : n - 1));
+			tq_topk_push(&h, all[n - 1].key, all[n - 1].id);
+			tq_topk_sort(&h);
+			CHECK(h.len == want);
+			for (i = 0; i < want && i < h.len; i++)
+				if (h.key[i] != s[i].key || h.id[i] != s[i].id)
+					ok = 0;
+			CHECK(ok);
+			tq_topk_free(&h);
+		}
+	}
+	free(all);
+	free(s);
+}
+
 static void
 test_topk(void)
 {
@@ -140,6 +194,7 @@ test_topk(void)
 		}
 	}
 	free(all);
+	test_topk_lazy();
 
 	/* NaN never beats a number; k = 0 admits nothing. */
 	CHECK_ST(tq_topk_init(&h, 1), TQ_OK);
