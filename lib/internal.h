@@ -1386,7 +1386,7 @@ void tq_bound_dist(double dlo, double dhi, double a, double qn, double *lo,
  * A bounded top-k of (key, id): higher key better, ties smaller id.  A
  * heap (tq_topk_init) holds the k best so far, its worst at index 0.  A
  * lazy one (tq_topk_init_lazy) appends what beats its threshold to room
- * for 2k and, when that is full, keeps the k best: between those
+ * for about 2k and, when that is full, keeps the k best: between those
  * selections it may hold more than k, some no longer among the best, and
  * tq_topk_settle leaves the k best.  Both: once full is set, (thr,
  * thr_id) is the worst entry there is reason to keep, and what is not
@@ -1396,7 +1396,7 @@ struct tq_topk {
 	uint32_t k, len;
 	float *key;
 	uint64_t *id;
-	uint32_t cap;		/* entries allocated: k, or 2k (lazy) */
+	uint32_t cap;		/* entries allocated: k, or more (lazy) */
 	int full;
 	float thr;
 	uint64_t thr_id;

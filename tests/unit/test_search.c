@@ -68,9 +68,9 @@ cmp_pair(const void *a, const void *b)
 
 /*
  * The lazy top-k keeps what a heap keeps: pushed in random, ascending
- * and descending order (orders that defeat a quickselect's pivot), with
- * few distinct keys (ties broken by id) or many, through selections at
- * 2k, a settle, a push after it, and the sort.
+ * and descending order (the worst cases of a pivot taken from one end),
+ * with few distinct keys (ties broken by id) or many, through its
+ * selections, a settle, a push after it, and the sort.
  */
 static void
 test_topk_lazy(void)
@@ -98,7 +98,7 @@ test_topk_lazy(void)
 			int ok = 1;
 
 			CHECK_ST(tq_topk_init_lazy(&h, k), TQ_OK);
-			CHECK(h.cap == (k <= TQ_TOPK_LAZY_MAX ? 2 * k : k));
+			CHECK(k > TQ_TOPK_LAZY_MAX ? h.cap == k : h.cap >= 2 * k);
 			for (i = 0; i + 1 < n; i++) {
 				tq_topk_push(&h, all[i].key, all[i].id);
 				if (h.len > h.cap)
