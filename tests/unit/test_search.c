@@ -66,6 +66,16 @@ cmp_pair(const void *a, const void *b)
 /* ------------------------------------------------------------------------ */
 /* (1) top-k against sorting                                                 */
 
+/* Do the first want entries of sorted top-k h equal those of s? */
+static int
+sorted_as(const struct tq_topk *h, const struct pair *s, uint32_t want)
+{
+	for (uint32_t i = 0; i < want && i < h->len; i++)
+		if (h->key[i] != s[i].key || h->id[i] != s[i].id)
+			return 0;
+	return 1;
+}
+
 /*
  * The lazy top-k keeps what a heap keeps: pushed in random, ascending
  * and descending order (the worst cases of a pivot taken from one end),
@@ -109,10 +119,7 @@ test_topk_lazy(void)
 			tq_topk_push(&h, all[n - 1].key, all[n - 1].id);
 			tq_topk_sort(&h);
 			CHECK(h.len == want);
-			for (i = 0; i < want && i < h.len; i++)
-				if (h.key[i] != s[i].key || h.id[i] != s[i].id)
-					ok = 0;
-			CHECK(ok);
+			CHECK(ok && sorted_as(&h, s, want));
 			tq_topk_free(&h);
 		}
 	}
@@ -176,19 +183,13 @@ test_topk(void)
 			memcpy(s, all, n * sizeof(*s));
 			qsort(s, n, sizeof(*s), cmp_pair);
 			CHECK(h.len == want);
-			for (i = 0; i < want && i < h.len; i++)
-				if (h.key[i] != s[i].key || h.id[i] != s[i].id)
-					ok = 0;
-			CHECK(ok);
+			CHECK(ok && sorted_as(&h, s, want));
 			/* Reset and refill in reverse: same result. */
 			tq_topk_reset(&h);
 			for (i = n; i-- > 0;)
 				tq_topk_push(&h, all[i].key, all[i].id);
 			tq_topk_sort(&h);
-			for (i = 0; i < want && i < h.len; i++)
-				if (h.key[i] != s[i].key || h.id[i] != s[i].id)
-					ok = 0;
-			CHECK(ok);
+			CHECK(ok && sorted_as(&h, s, want));
 			tq_topk_free(&h);
 			free(s);
 		}
