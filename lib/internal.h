@@ -1402,8 +1402,12 @@ struct tq_topk {
 	uint64_t thr_id;
 };
 enum tq_status tq_topk_init(struct tq_topk *h, uint32_t k);
-/* A lazy top-k: a heap where k > TQ_TOPK_LAZY_MAX. */
-#define TQ_TOPK_LAZY_MAX 4096u
+/*
+ * A lazy top-k: a heap where k > TQ_TOPK_LAZY_MAX.  Its room for about
+ * 2k doubles the memory: a worker holds a top-k for each of up to 256
+ * queries of a tile, 6 MB at k = 1024 (a heap, 3 MB).
+ */
+#define TQ_TOPK_LAZY_MAX 1024u
 enum tq_status tq_topk_init_lazy(struct tq_topk *h, uint32_t k);
 /* Leaves the k best in [0, len), in no order. */
 void tq_topk_settle(struct tq_topk *h);

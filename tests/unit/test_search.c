@@ -85,7 +85,8 @@ sorted_as(const struct tq_topk *h, const struct pair *s, uint32_t want)
 static void
 test_topk_lazy(void)
 {
-	static const uint32_t ks[] = { 1, 2, 3, 10, 40, 160, 999, 1000, 5000 };
+	static const uint32_t ks[] = { 1, 2, 3, 10, 40, 160, 999, 1000, 1024,
+	    1025, 5000 };
 	size_t n = 3000, i, ki, order;
 	struct pair *all = malloc(n * sizeof(*all));
 	struct pair *s = malloc(n * sizeof(*s));
