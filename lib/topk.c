@@ -126,16 +126,13 @@ sift_down(float *key, uint64_t *id, uint32_t n, uint32_t i)
 	id[i] = v;
 }
 
-/* Sorts key/id[0 .. n) best first: heapify, then heapsort. */
+/*
+ * Sorts the heap key/id[0 .. n) best first: the root is the worst, so
+ * moving it to the end of the shrinking heap leaves the array best first.
+ */
 static void
-sort_best(float *key, uint64_t *id, uint32_t n)
+heapsort_best(float *key, uint64_t *id, uint32_t n)
 {
-	for (uint32_t i = n / 2; i-- > 0;)
-		sift_down(key, id, n, i);
-	/*
-	 * The root is the worst, so moving it to the end of the shrinking
-	 * heap leaves the array best first.
-	 */
 	while (n > 1) {
 		float k = key[0];
 		uint64_t v = id[0];
@@ -147,6 +144,15 @@ sort_best(float *key, uint64_t *id, uint32_t n)
 		id[n] = v;
 		sift_down(key, id, n, 0);
 	}
+}
+
+/* Sorts key/id[0 .. n), in no order before, best first. */
+static void
+sort_best(float *key, uint64_t *id, uint32_t n)
+{
+	for (uint32_t i = n / 2; i-- > 0;)
+		sift_down(key, id, n, i);
+	heapsort_best(key, id, n);
 }
 
 static inline void
@@ -217,14 +223,16 @@ select_best(float *key, uint64_t *id, uint32_t n, uint32_t k)
 	}
 }
 
-/* A lazy top-k keeps its k best; the worst of them becomes thr. */
+/*
+ * A lazy top-k of more than k entries keeps its k best; the worst of them
+ * becomes thr.
+ */
 static void
 compact(struct tq_topk *h)
 {
 	uint32_t w = 0;
 
-	if (h->len > h->k)
-		select_best(h->key, h->id, h->len, h->k);
+	select_best(h->key, h->id, h->len, h->k);
 	h->len = h->k;
 	for (uint32_t e = 1; e < h->len; e++)
 		w = worse(h->key[e], h->id[e], h->key[w], h->id[w]) ? e : w;
@@ -302,16 +310,5 @@ tq_topk_sort(struct tq_topk *h)
 		sort_best(h->key, h->id, h->len);
 		return;
 	}
-	/* A heap already: the heapsort of sort_best alone. */
-	for (uint32_t n = h->len; n > 1;) {
-		float k = h->key[0];
-		uint64_t v = h->id[0];
-
-		n--;
-		h->key[0] = h->key[n];
-		h->id[0] = h->id[n];
-		h->key[n] = k;
-		h->id[n] = v;
-		sift_down(h->key, h->id, n, 0);
-	}
+	heapsort_best(h->key, h->id, h->len);
 }
