@@ -10,6 +10,9 @@ Not run by hand: scripts/dataset-text calls it.
     dataset_text_prep.py write WORK OUT DIM SEED NQ K
                                           reads WORK/texts.vec (fastText's
                                           sentence vectors), writes the set
+    dataset_text_prep.py words WORK OUT DIM SEED NQ
+                                          reads WORK/model.vec (fastText's
+                                          word vectors), writes the words set
 
 Everything read comes from Debian packages at fixed versions (the script
 checks them): dict-gcide (GCIDE, Webster's 1913 plus WordNet, free
@@ -203,6 +206,49 @@ def write(work, out, dim, seed, nq, k):
         h.create_dataset("distances", data=dist, track_times=False)
 
 
+def words(work, out, dim, seed, nq):
+    """fastText's own word vectors (model.vec) as a second set: a word-
+    embedding set of this dimension beside the sentence one, split as the
+    texts are.  The end-of-line token </s> and zero or duplicate vectors
+    are dropped."""
+    import numpy as np
+    names = []
+    with open(os.path.join(work, "model.vec"), encoding="utf-8") as f:
+        n, d = (int(v) for v in f.readline().split())
+        if d != dim:
+            sys.exit("dataset-text: model.vec has %d dimensions, not %d"
+                     % (d, dim))
+        x = np.empty((n, dim), dtype=np.float32)
+        for line in f:
+            parts = line.rstrip("\n").rstrip(" ").split(" ")
+            if len(parts) != dim + 1 or len(names) == n:
+                sys.exit("dataset-text: model.vec: a line of %d fields, "
+                         "or more lines than its header says" % len(parts))
+            if parts[0] == "</s>":
+                continue
+            # Parsed as double, then rounded once to float.
+            x[len(names)] = np.array(parts[1:], dtype=np.float64)
+            names.append(parts[0])
+    x = x[:len(names)]
+    keep = np.linalg.norm(x.astype(np.float64), axis=1) > 1e-6
+    _, first = np.unique(x, axis=0, return_index=True)
+    uniq = np.zeros(len(x), dtype=bool)
+    uniq[first] = True
+    keep &= uniq
+    x = x[keep]
+    names = [w for w, kp in zip(names, keep) if kp]
+    print("words: %d of %d kept" % (len(x), n))
+    perm = np.random.RandomState(seed).permutation(len(x))
+    test_i, train_i = perm[:nq], perm[nq:]
+    base = os.path.join(out, "words-%d" % dim)
+    write_fvecs(base + "-train.fvecs", x[train_i])
+    write_fvecs(base + "-test.fvecs", x[test_i])
+    for part, idx in (("train", train_i), ("test", test_i)):
+        with open("%s-%s.words" % (base, part), "w", encoding="utf-8") as f:
+            for i in idx:
+                f.write(names[i] + "\n")
+
+
 def read_fvecs(path):
     import numpy as np
     raw = np.fromfile(path, dtype="<i4")
@@ -282,6 +328,9 @@ def main():
     elif len(sys.argv) == 5 and sys.argv[1] == "stats":
         stats(os.path.basename(sys.argv[2]), read_fvecs(sys.argv[2]),
               read_fvecs(sys.argv[3]), sys.argv[4])
+    elif len(sys.argv) == 7 and sys.argv[1] == "words":
+        words(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]),
+              int(sys.argv[6]))
     elif len(sys.argv) == 3 and sys.argv[1] == "corpus":
         corpus(sys.argv[2])
     elif len(sys.argv) == 8 and sys.argv[1] == "write":
