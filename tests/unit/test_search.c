@@ -79,8 +79,10 @@ sorted_as(const struct tq_topk *h, const struct pair *s, uint32_t want)
 /*
  * The lazy top-k keeps what a heap keeps: pushed in random, ascending
  * and descending order (the worst cases of a pivot taken from one end),
- * with few distinct keys (ties broken by id) or many, through its
- * selections, a settle, a push after it, and the sort.
+ * with few distinct keys (ties broken by id) or many, keys on a coarse
+ * grid (ties inside a bin of its selection), and infinite and NaN keys
+ * among them, through its selections, a settle, a push after it, and
+ * the sort.
  */
 static void
 test_topk_lazy(void)
@@ -92,12 +94,21 @@ test_topk_lazy(void)
 	struct pair *s = malloc(n * sizeof(*s));
 	struct tq_topk h;
 
-	for (order = 0; order < 4; order++) {
+	for (order = 0; order < 6; order++) {
 		for (i = 0; i < n; i++) {
 			all[i].id = (i * 7919) % n;
-			all[i].key = order == 3 ? (float)(rnd() % 5) : gauss();
+			all[i].key = order == 3 ? (float)(rnd() % 5) :
+			    order == 4 ? roundf(gauss() * 40.0f) / 40.0f :
+			    gauss();
+			if (order == 5 && rnd() % 50 == 0)
+				all[i].key = rnd() % 3 == 0 ? INFINITY :
+				    rnd() % 2 ? -INFINITY : NAN;
 		}
 		memcpy(s, all, n * sizeof(*s));
+		/* The top-k takes a NaN for -infinity. */
+		for (i = 0; i < n; i++)
+			if (isnan(s[i].key))
+				s[i].key = -INFINITY;
 		qsort(s, n, sizeof(*s), cmp_pair);
 		if (order == 1)		/* best first */
 			memcpy(all, s, n * sizeof(*s));
