@@ -29,6 +29,7 @@
  */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "internal.h"
 
@@ -167,19 +168,32 @@ swap_at(float *key, uint64_t *id, uint32_t a, uint32_t b)
 	id[b] = v;
 }
 
+/* Most entries a partition of select_best moves through its buffer. */
+#define SELECT_BUF 512u
+
 /*
  * Leaves the k best of key/id[0 .. n) (k < n) in [0, k), in no order:
  * quickselect on the median of three.  [0, lo) holds entries better
  * than all of [lo, n), and the k-th best lies in [lo, hi).  The
  * partition has no branch on the comparison, which a branch predictor
- * could only guess: every entry is swapped with the first worse one,
- * and that boundary moves on by the comparison's value.  An order that
- * defeats the pivot again and again ends in a sort of what is left, so
- * the cost stays O(n log n).
+ * could only guess.  Up to SELECT_BUF entries, each is stored both at
+ * the front's boundary and at the end of a buffer of worse ones, and
+ * the boundary and the buffer's end move on by the comparison's value;
+ * the buffer follows the pivot after.  Swapped in place instead with
+ * the first worse one, each entry's load waited on the store of the one
+ * before (the same slot, when none was better): on GloVe-100 with
+ * --oversample auto (k = 160, selections of 316) the selections were
+ * 11.1-11.4 % of the batch's perf samples, and 8.9-9.2 % this way;
+ * 1-bit Fashion-MNIST batches, 175 and 210 samples against 108 and
+ * 179.  Longer ranges are partitioned in place.  An order that defeats
+ * the pivot again and again ends in a sort of what is left, so the cost
+ * stays O(n log n).
  */
 static void
 select_best(float *key, uint64_t *id, uint32_t n, uint32_t k)
 {
+	float bk[SELECT_BUF];
+	uint64_t bi[SELECT_BUF];
 	uint32_t lo = 0, hi = n, depth = 0, i, p, m;
 
 	while (hi - lo > 1) {
@@ -200,19 +214,48 @@ select_best(float *key, uint64_t *id, uint32_t n, uint32_t k)
 			swap_at(key, id, m, hi - 1);
 		pk = key[hi - 1];
 		pv = id[hi - 1];
-		for (p = lo, i = lo; i < hi - 1; i++) {
-			float x = key[i];
-			uint64_t v = id[i];
-			uint32_t b = (uint32_t)(x > pk) |
-			    ((uint32_t)(x == pk) & (uint32_t)(v < pv));
+		if (hi - 1 - lo <= SELECT_BUF) {
+			uint32_t o = 0;
 
-			key[i] = key[p];
-			id[i] = id[p];
-			key[p] = x;
-			id[p] = v;
-			p += b;
+			/*
+			 * Every entry is written both to the front, which
+			 * keeps it if better, and to the buffer, which
+			 * keeps it if worse: no load waits on a store.
+			 */
+			for (p = lo, i = lo; i < hi - 1; i++) {
+				float x = key[i];
+				uint64_t v = id[i];
+				uint32_t b = (uint32_t)(x > pk) |
+				    ((uint32_t)(x == pk) &
+				    (uint32_t)(v < pv));
+
+				key[p] = x;
+				id[p] = v;
+				bk[o] = x;
+				bi[o] = v;
+				p += b;
+				o += 1 - b;
+			}
+			key[p] = pk;
+			id[p] = pv;
+			memcpy(key + p + 1, bk, o * sizeof(*key));
+			memcpy(id + p + 1, bi, o * sizeof(*id));
+		} else {
+			for (p = lo, i = lo; i < hi - 1; i++) {
+				float x = key[i];
+				uint64_t v = id[i];
+				uint32_t b = (uint32_t)(x > pk) |
+				    ((uint32_t)(x == pk) &
+				    (uint32_t)(v < pv));
+
+				key[i] = key[p];
+				id[i] = id[p];
+				key[p] = x;
+				id[p] = v;
+				p += b;
+			}
+			swap_at(key, id, p, hi - 1);
 		}
-		swap_at(key, id, p, hi - 1);
 		/* [lo, p) better than the pivot at p, (p, hi) worse. */
 		if (p == k || p + 1 == k)
 			return;
