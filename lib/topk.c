@@ -168,6 +168,13 @@ swap_at(float *key, uint64_t *id, uint32_t a, uint32_t b)
 	id[b] = v;
 }
 
+/* 1 if (x, v) is better than (pk, pv), else 0, without a branch. */
+static inline uint32_t
+better_than(float x, uint64_t v, float pk, uint64_t pv)
+{
+	return (uint32_t)(x > pk) | ((uint32_t)(x == pk) & (uint32_t)(v < pv));
+}
+
 /* Most entries a partition of select_best moves through its buffer. */
 #define SELECT_BUF 512u
 
@@ -225,9 +232,7 @@ select_best(float *key, uint64_t *id, uint32_t n, uint32_t k)
 			for (p = lo, i = lo; i < hi - 1; i++) {
 				float x = key[i];
 				uint64_t v = id[i];
-				uint32_t b = (uint32_t)(x > pk) |
-				    ((uint32_t)(x == pk) &
-				    (uint32_t)(v < pv));
+				uint32_t b = better_than(x, v, pk, pv);
 
 				key[p] = x;
 				id[p] = v;
@@ -244,9 +249,7 @@ select_best(float *key, uint64_t *id, uint32_t n, uint32_t k)
 			for (p = lo, i = lo; i < hi - 1; i++) {
 				float x = key[i];
 				uint64_t v = id[i];
-				uint32_t b = (uint32_t)(x > pk) |
-				    ((uint32_t)(x == pk) &
-				    (uint32_t)(v < pv));
+				uint32_t b = better_than(x, v, pk, pv);
 
 				key[i] = key[p];
 				id[i] = id[p];

@@ -107,6 +107,18 @@ def corpus(work):
           % (n_par, n_tok, len(texts)))
 
 
+def distinct_nonzero(x):
+    """The rows of x to keep: not zero (a text none of whose words has a
+    vector), and the first of rows equal as float32 (different words, the
+    same vector)."""
+    import numpy as np
+    keep = np.linalg.norm(x.astype(np.float64), axis=1) > 1e-6
+    _, first = np.unique(x, axis=0, return_index=True)
+    uniq = np.zeros(len(x), dtype=bool)
+    uniq[first] = True
+    return keep & uniq
+
+
 def write_fvecs(path, x):
     import numpy as np
     n, d = x.shape
@@ -160,13 +172,7 @@ def write(work, out, dim, seed, nq, k):
         sys.exit("dataset-text: %d texts but %d values" % (len(rows), vec.size))
     vec = vec.reshape(len(rows), dim)
     x = vec.astype(np.float32)
-    norm = np.linalg.norm(x.astype(np.float64), axis=1)
-    keep = norm > 1e-6            # a text none of whose words has a vector
-    # Rows equal as float32 after all (different words, same vector) go too.
-    _, first = np.unique(x, axis=0, return_index=True)
-    uniq = np.zeros(len(x), dtype=bool)
-    uniq[first] = True
-    keep &= uniq
+    keep = distinct_nonzero(x)
     x = x[keep]
     rows = [r for r, kp in zip(rows, keep) if kp]
     print("vectors: %d kept (%d zero or duplicate dropped)"
@@ -230,11 +236,7 @@ def words(work, out, dim, seed, nq):
             x[len(names)] = np.array(parts[1:], dtype=np.float64)
             names.append(parts[0])
     x = x[:len(names)]
-    keep = np.linalg.norm(x.astype(np.float64), axis=1) > 1e-6
-    _, first = np.unique(x, axis=0, return_index=True)
-    uniq = np.zeros(len(x), dtype=bool)
-    uniq[first] = True
-    keep &= uniq
+    keep = distinct_nonzero(x)
     x = x[keep]
     names = [w for w, kp in zip(names, keep) if kp]
     print("words: %d of %d kept" % (len(x), n))
