@@ -315,6 +315,31 @@ parse_float(const char *s, float lo, float hi, const char *what)
 	return v;
 }
 
+void
+parse_oversample(const char *s, float *over, float *z)
+{
+	*z = 0.0f;
+	if (strncmp(s, "auto", 4) == 0 && (s[4] == '\0' || s[4] == ':')) {
+		*over = TQ_OVERSAMPLE_AUTO;
+		if (s[4] == ':')
+			*z = parse_float(s + 5, 0.5f, 10.0f,
+			    "oversample auto:z");
+		return;
+	}
+	*over = parse_float(s, 1, 1000, "oversample");
+}
+
+void
+format_oversample(char *buf, size_t len, float over, float z)
+{
+	if (over >= 0.0f)
+		snprintf(buf, len, "%g", (double)over);
+	else if (z > 0.0f)
+		snprintf(buf, len, "auto:%g", (double)z);
+	else
+		snprintf(buf, len, "auto");
+}
+
 enum tq_metric
 parse_metric(const char *s)
 {

@@ -62,6 +62,14 @@ const char *out_name(const char *path);
 uint32_t parse_u32(const char *s, uint32_t lo, uint32_t hi, const char *what);
 uint64_t parse_u64(const char *s, uint64_t lo, uint64_t hi, const char *what);
 float parse_float(const char *s, float lo, float hi, const char *what);
+/*
+ * An --oversample value: a factor from 1 to 1000, or auto or auto:z (z
+ * from 0.5 to 10) for the error-bounded re-rank, *over then
+ * TQ_OVERSAMPLE_AUTO and *z the z given or 0 (the library's default).
+ */
+void parse_oversample(const char *s, float *over, float *z);
+/* Writes the --oversample value (over, z) into buf as parse_oversample reads it. */
+void format_oversample(char *buf, size_t len, float over, float z);
 /* Metric and rotation names; usage error if unknown. */
 enum tq_metric parse_metric(const char *s);
 enum tq_rotation parse_rotation(const char *s);

@@ -45,7 +45,8 @@ static const char help_str[] =
     "      --lists n|auto    fit n lists and evaluate an IVF index\n"
     "      --no-centre       evaluate a quantizer without centring\n"
     "  -o truth              the ground-truth file to write\n"
-    "      --oversample list  oversampling factors to evaluate (default 1,4)\n"
+    "      --oversample list  oversampling factors or auto[:z] to evaluate\n"
+    "                        in turn (default 1,4)\n"
     "      --peers file      other systems' points to draw (JSON Lines)\n"
     "      --plot file       draw recall against p50 latency as SVG\n"
     "      --probes list     probes values to evaluate; needs --lists\n"
@@ -104,7 +105,8 @@ struct opts {
 	uint64_t seed, qlimit;
 	uint32_t k;
 	int k_set;
-	float oversample[MAX_OVERSAMPLE];
+	float oversample[MAX_OVERSAMPLE];	/* TQ_OVERSAMPLE_AUTO: auto */
+	float auto_z[MAX_OVERSAMPLE];		/* its z; 0: the default */
 	int noversample;
 	uint32_t lists;
 	uint32_t probes[MAX_OVERSAMPLE];	/* 0: the library's default */
@@ -436,12 +438,13 @@ percentile(const double *v, size_t n, double p)
 
 struct run {
 	unsigned bits;
-	float oversample;
+	float oversample, auto_z;	/* as tq_search_params */
 	uint32_t probes;
 	double target;		/* --recall: the target, else 0 */
 	struct tq_recall_choice ch;
 	double recall[NCUT];
 	double p50, p95, p99, qps;
+	double reads;		/* originals read a query (batch) */
 };
 
 /* One oversampling value: batch throughput, recall, single-query latency. */
@@ -451,7 +454,9 @@ measure(const struct tq_index *ix, const float *q, size_t nq, uint32_t dim,
     struct run *run)
 {
 	struct tq_search_params sp;
+	struct tq_search_stats stats;
 	enum tq_status st;
+	char os[32];
 	uint64_t *ids = xmallocarray(nq * (size_t)k, sizeof(*ids));
 	float *scores = xmallocarray(nq * (size_t)k, sizeof(*scores));
 	int64_t *res = xmallocarray(nq * (size_t)k, sizeof(*res));
@@ -461,14 +466,19 @@ measure(const struct tq_index *ix, const float *q, size_t nq, uint32_t dim,
 	tq_search_params_default(&sp);
 	sp.k = k;
 	sp.oversample = run->oversample;
+	sp.auto_z = run->auto_z;
 	sp.probes = run->probes;
 	sp.threads = threads;
-	progress("oversample %g, probes %u: batch search",
-	    (double)run->oversample, (unsigned)run->probes);
+	sp.stats = &stats;
+	format_oversample(os, sizeof(os), run->oversample, run->auto_z);
+	progress("oversample %s, probes %u: batch search", os,
+	    (unsigned)run->probes);
 	t0 = now_seconds();
 	if ((st = tq_search(ix, q, nq, &sp, ids, scores)) != TQ_OK)
 		die_status(st, NULL);
 	run->qps = (double)nq / (now_seconds() - t0);
+	run->reads = (double)stats.originals_read / (double)nq;
+	sp.stats = NULL;
 	for (i = 0; i < nq * (size_t)k; i++)
 		res[i] = ids[i] > INT64_MAX ? -1 : (int64_t)ids[i];
 	memset(run->recall, 0, sizeof(run->recall));
@@ -476,7 +486,7 @@ measure(const struct tq_index *ix, const float *q, size_t nq, uint32_t dim,
 	for (i = 0; i < NCUT; i++)
 		run->recall[i] /= (double)nq;
 
-	progress("oversample %g, probes %u: latency", (double)run->oversample,
+	progress("oversample %s, probes %u: latency", os,
 	    (unsigned)run->probes);
 	sp.threads = 1;
 	for (i = 0; i < nwarm; i++)
@@ -597,15 +607,17 @@ eval_plot(const struct opts *o, struct out *out, const char *title,
 	size_t i, j, m = 0, nser = 0, c = plot_cutoff(k);
 
 	for (i = 0; i < nruns; i++) {
-		snprintf(names[i], sizeof(names[i]), "tq %u-bit o%g",
-		    runs[i].bits, (double)runs[i].oversample);
+		char os[32];
+
+		format_oversample(os, sizeof(os), runs[i].oversample,
+		    runs[i].auto_z);
+		snprintf(names[i], sizeof(names[i]), "tq %u-bit o%s",
+		    runs[i].bits, os);
 		if (ivf)
-			snprintf(labels[i], sizeof(labels[i]), "p%u o%g",
-			    (unsigned)runs[i].probes,
-			    (double)runs[i].oversample);
+			snprintf(labels[i], sizeof(labels[i]), "p%u o%s",
+			    (unsigned)runs[i].probes, os);
 		else
-			snprintf(labels[i], sizeof(labels[i]), "o%g",
-			    (double)runs[i].oversample);
+			snprintf(labels[i], sizeof(labels[i]), "o%s", os);
 	}
 	/* One series per name, in the order the names first come. */
 	for (i = 0; i < nruns; i++) {
@@ -769,9 +781,15 @@ report(const struct opts *o, const char *corpus, enum tq_metric metric,
 		    fi->bytes_per_vector, fi->original_bytes_per_vector,
 		    (unsigned)fi->lists);
 		for (i = 0; i < nruns; i++) {
-			printf("%s{\"oversample\":%g,\"probes\":%u", i ? "," :
-			    "", (double)runs[i].oversample,
-			    (unsigned)runs[i].probes);
+			if (runs[i].oversample < 0.0f)
+				printf("%s{\"oversample\":\"auto\","
+				    "\"auto_z\":%g", i ? "," : "",
+				    runs[i].auto_z > 0.0f ?
+				    (double)runs[i].auto_z : TQ_AUTO_Z);
+			else
+				printf("%s{\"oversample\":%g", i ? "," : "",
+				    (double)runs[i].oversample);
+			printf(",\"probes\":%u", (unsigned)runs[i].probes);
 			if (runs[i].target > 0)
 				printf(",\"recall_target\":%g,"
 				    "\"calibrated_recall\":%.4f,"
@@ -788,6 +806,8 @@ report(const struct opts *o, const char *corpus, enum tq_metric metric,
 				else
 					printf(",\"recall_at_%u\":null",
 					    cutoffs[c]);
+			printf(",\"originals_read_per_query\":%.2f",
+			    runs[i].reads);
 			printf(",\"p50_ms\":%.4f,\"p95_ms\":%.4f,"
 			    "\"p99_ms\":%.4f,\"qps\":%.1f,\"threads\":%u}",
 			    runs[i].p50, runs[i].p95, runs[i].p99, runs[i].qps,
@@ -807,12 +827,16 @@ report(const struct opts *o, const char *corpus, enum tq_metric metric,
 	if (fi->lists > 0)
 		printf(", %u lists", (unsigned)fi->lists);
 	printf("\n%s", fi->lists > 0 ? "probes  " : "");
-	printf("oversample  recall@1  recall@10  recall@100  p50_ms  "
+	printf("oversample  recall@1  recall@10  recall@100   reads  p50_ms  "
 	    "p95_ms  p99_ms       qps\n");
 	for (i = 0; i < nruns; i++) {
+		char os[32];
+
 		if (fi->lists > 0)
 			printf("%6u  ", (unsigned)runs[i].probes);
-		printf("%10g", (double)runs[i].oversample);
+		format_oversample(os, sizeof(os), runs[i].oversample,
+		    runs[i].auto_z);
+		printf("%10s", os);
 		for (c = 0; c < NCUT; c++)
 			if (cutoffs[c] <= k)
 				printf("  %*.4f", c == 0 ? 8 : c == 1 ?
@@ -820,8 +844,8 @@ report(const struct opts *o, const char *corpus, enum tq_metric metric,
 			else
 				printf("  %*s", c == 0 ? 8 : c == 1 ?
 				    9 : 10, "-");
-		printf("  %6.3f  %6.3f  %6.3f  %8.0f\n", runs[i].p50,
-		    runs[i].p95, runs[i].p99, runs[i].qps);
+		printf("  %6.1f  %6.3f  %6.3f  %6.3f  %8.0f\n", runs[i].reads,
+		    runs[i].p50, runs[i].p95, runs[i].p99, runs[i].qps);
 		if (runs[i].target > 0)
 			printf("  --recall %g: recall@%u %.4f, calibrated "
 			    "%.4f, delivered - target %+.4f%s\n",
@@ -946,6 +970,7 @@ eval_mode(const struct opts *o)
 				    o->target[i], &br[i].ch)) != TQ_OK)
 					die_status(st, ixpath);
 				br[i].oversample = br[i].ch.oversample;
+				br[i].auto_z = 0.0f;
 				br[i].probes = br[i].ch.probes;
 				measure(ix, q, nq, dim, k, truth, tw,
 				    o->threads, &br[i]);
@@ -955,6 +980,7 @@ eval_mode(const struct opts *o)
 			br[i].bits = o->bits[b];
 			br[i].oversample =
 			    o->oversample[i % (size_t)o->noversample];
+			br[i].auto_z = o->auto_z[i % (size_t)o->noversample];
 			br[i].probes = fi.lists == 0 ? 0 : pr == 0 ?
 			    (fi.lists + TQ_PROBES_AUTO_DIV - 1) /
 			    TQ_PROBES_AUTO_DIV : pr > fi.lists ? fi.lists : pr;
@@ -1021,7 +1047,7 @@ given(struct opts *o, const char *name)
 }
 
 static void
-parse_oversample(struct opts *o, const char *s)
+parse_over_list(struct opts *o, const char *s)
 {
 	char buf[256], *p = buf, *tok;
 
@@ -1033,8 +1059,9 @@ parse_oversample(struct opts *o, const char *s)
 		if (o->noversample == MAX_OVERSAMPLE)
 			usage_error("more than %d oversample values",
 			    MAX_OVERSAMPLE);
-		o->oversample[o->noversample++] = parse_float(tok, 1, 1000,
-		    "oversample");
+		parse_oversample(tok, &o->oversample[o->noversample],
+		    &o->auto_z[o->noversample]);
+		o->noversample++;
 	}
 }
 
@@ -1081,7 +1108,7 @@ parse_sweep(struct opts *o, const char *s)
 		parse_probes(o, s + 7);
 		given(o, "--probes");
 	} else if (strncmp(s, "oversample=", 11) == 0) {
-		parse_oversample(o, s + 11);
+		parse_over_list(o, s + 11);
 		given(o, "--oversample");
 	} else
 		usage_error("--sweep takes probes=LIST or oversample=LIST, not "
@@ -1200,7 +1227,7 @@ main(int argc, char *argv[])
 			given(&o, "--no-centre");
 			break;
 		case OPT_OVERSAMPLE:
-			parse_oversample(&o, optarg);
+			parse_over_list(&o, optarg);
 			given(&o, "--oversample");
 			break;
 		case OPT_PEERS:

@@ -373,16 +373,7 @@ main(int argc, char *argv[])
 			break;
 		case OPT_OVERSAMPLE:
 			knob = 1;
-			if (strncmp(optarg, "auto", 4) == 0 &&
-			    (optarg[4] == '\0' || optarg[4] == ':')) {
-				sp.oversample = TQ_OVERSAMPLE_AUTO;
-				if (optarg[4] == ':')
-					sp.auto_z = parse_float(optarg + 5,
-					    0.5f, 10.0f, "oversample auto:z");
-			} else {
-				sp.oversample = parse_float(optarg, 1, 1000,
-				    "oversample");
-			}
+			parse_oversample(optarg, &sp.oversample, &sp.auto_z);
 			break;
 		case OPT_PROBES:
 			knob = 1;

@@ -849,6 +849,11 @@ tqfile_cases() {
 	    tq-recall --corpus c.bin --queries c.bin -k 10 --recall 0.9 --sweep probes=2
 	expect 2 '--recall needs -k 1, 10 or 100' '--recall needs -k 1, 10 or 100' \
 	    tq-recall --corpus c.bin --queries c.bin -k 5 --recall 0.9
+	expect 2 "NAME 'ARG' out of range LO..HI" \
+	    "oversample auto:z '0.1' out of range 0.5..10" \
+	    tq-recall --corpus c.bin --queries c.bin --oversample 1,auto:0.1
+	expect 2 "NAME 'ARG' is not a number" "oversample 'autox' is not a number" \
+	    tq-recall --corpus c.bin --queries c.bin --sweep oversample=autox,4
 	all_seen tq-recall
 	[ ! -e out.ivecs ] && [ ! -e out.svg ]
 	! ls .out.svg.tmp.* 2>/dev/null

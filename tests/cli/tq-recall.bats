@@ -162,6 +162,33 @@ assert vals, "no recall@10 in %r" % o
 assert all(abs(v - 1.0) < 1e-9 for v in vals), vals' "$output"
 }
 
+@test "tq-recall evaluation: --oversample auto runs the error-bounded re-rank and counts its reads" {
+	mkfix c.bin 32 600 91 --clusters 8
+	tq rows c.bin qs.bin 1,50,100,150,200,250,300,350,400,450
+	tq perturb qs.bin q.bin 3 0.2
+	run --separate-stderr "$TQ_BIN/tq-recall" --json --corpus c.bin --queries q.bin -k 10 --oversample 1,auto,auto:1.5,4 --threads 1
+	assert_status 0
+	"$PY" -c '
+import json, sys
+o = json.loads(sys.argv[1])
+r = o["runs"]
+assert [x["oversample"] for x in r] == [1, "auto", "auto", 4], r
+assert "auto_z" not in r[0] and "auto_z" not in r[3], r
+assert r[1]["auto_z"] == 2 and r[2]["auto_z"] == 1.5, r
+# No re-rank reads nothing, a fixed factor f reads k * f, auto between.
+assert r[0]["originals_read_per_query"] == 0, r
+assert r[3]["originals_read_per_query"] == 40, r
+for x in r[1:3]:
+    assert 0 < x["originals_read_per_query"] <= 160, x
+    assert x["recall_at_10"] >= r[0]["recall_at_10"], r
+# z = 1.5 narrows the intervals: it reads no more than z = 2.
+assert r[2]["originals_read_per_query"] <= r[1]["originals_read_per_query"], r' "$output"
+	run --separate-stderr "$TQ_BIN/tq-recall" --corpus c.bin --queries q.bin -k 10 --sweep oversample=auto:1.5 --threads 1
+	assert_status 0
+	[[ "$output" == *" reads "* ]] || { show; false; }
+	[[ "$output" == *"  auto:1.5  "* ]] || { show; false; }
+}
+
 @test "tq-recall evaluation: a missing corpus: exit 1 naming it" {
 	mkfix q.bin 8 3 2
 	run --separate-stderr "$TQ_BIN/tq-recall" --corpus nonexistent.bin --queries q.bin
