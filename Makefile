@@ -32,9 +32,14 @@ SONAME   = libtq.so.$(SOMAJOR)
 SOREAL   = libtq.so.$(VERSION)
 
 CC      ?= cc
-PKGS     = hdf5 openblas lapacke libzstd libxxhash
-PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+# HDF5 is compiled against but not linked: lib/vecio_hdf5.c loads it when
+# a file needs it (the soname of the library built against comes first).
+PKGS     = openblas lapacke libzstd libxxhash
+PKG_CFLAGS := $(shell pkg-config --cflags hdf5 $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+HDF5_LIBS  := $(shell pkg-config --libs hdf5 2>/dev/null)
+HDF5_SO    := $(or $(patsubst -L%,%/libhdf5.so,$(firstword $(filter -L%,$(HDF5_LIBS)))),$(shell $(CC) -print-file-name=libhdf5.so))
+HDF5_SONAME := $(shell readelf -d $(HDF5_SO) 2>/dev/null | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 
 OPT     ?= -O2 -g
 WARN     = -Wall -Wextra -Wshadow -Wcast-align -Wpointer-arith -Wstrict-prototypes \
@@ -42,7 +47,7 @@ WARN     = -Wall -Wextra -Wshadow -Wcast-align -Wpointer-arith -Wstrict-prototyp
 CFLAGS  ?= $(OPT)
 ALL_CFLAGS = -std=c11 -ffp-contract=off -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -pthread $(WARN) \
              -Ilib $(PKG_CFLAGS) $(CFLAGS) $(EXTRA_CFLAGS)
-LDLIBS   = $(PKG_LIBS) -lm -pthread
+LDLIBS   = $(PKG_LIBS) -ldl -lm -pthread
 
 BUILD   ?= build
 ifeq ($(V),1)
@@ -84,6 +89,7 @@ $(BUILD)/%.o: %.c lib/tq.h lib/internal.h
 	$(Q)$(CC) $(ALL_CFLAGS) -c -o $@ $<
 
 $(LIB_SRC:%.c=$(BUILD)/%.o): lib/reader_impl.h
+$(BUILD)/lib/vecio_hdf5.o: ALL_CFLAGS += $(if $(HDF5_SONAME),-DTQ_HDF5_SONAME='"$(HDF5_SONAME)"')
 $(BUILD)/lib/vecio.o $(BUILD)/lib/vecwrite_fmt.o: lib/vecwrite_fmt.h
 
 # One set of library objects serves both libraries: position-independent
@@ -152,7 +158,10 @@ $(BUILD)/cmd/labels.o $(BUILD)/cmd/tq-search.o: cmd/labels.h
 $(BUILD)/tests/%: tests/unit/%.c tests/unit/unit.h $(LIBA)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(ALL_CFLAGS) -Itests/unit -o $@ $< $(LIBA) $(LDLIBS)
+	$(Q)$(CC) $(ALL_CFLAGS) -Itests/unit -o $@ $< $(LIBA) $(LDLIBS) $(UNIT_LIBS)
+
+# Tests that write HDF5 files link the library themselves.
+$(BUILD)/tests/test_vecio $(BUILD)/tests/test_shard: UNIT_LIBS = $(HDF5_LIBS)
 
 units: $(UNIT_BIN)
 

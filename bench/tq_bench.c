@@ -3,7 +3,7 @@
  *
  * Built by scripts/bench into $TQ_BENCH_DIR/bin:
  *   cc -std=c11 -D_GNU_SOURCE -O2 -Ilib bench/tq_bench.c build/lib/libtq.a \
- *      $(pkg-config --libs hdf5 openblas lapacke libzstd libxxhash) -lm -pthread
+ *      $(pkg-config --libs openblas lapacke libzstd libxxhash) -ldl -lm -pthread
  *
  *   tq_bench INDEX QUERIES [-k K] [-t THREADS] [-b NBATCH] [-s NSINGLE]
  *            [-w NWARM] [-o IDS.u64] [-p PROBES] [-f OVERSAMPLE]

@@ -9,9 +9,20 @@
  * refused rather than read as fill values, so a small file cannot claim
  * billions of rows.  HDF5's own error printing is switched off; the
  * innermost message of its error stack goes into the failure detail.
+ *
+ * The HDF5 library is loaded when the first HDF5 file is opened, not
+ * linked: Debian's brings some thirty libraries with it (curl, TLS,
+ * Kerberos, LDAP for its remote drivers), and loading them at the start
+ * took 12 of the 23 ms that every tq program spent before main() (a
+ * program linked with hdf5 alone: 15.1 ms, with nothing: 3.0 ms).  Its
+ * functions are called through the table h5 below, under their own names
+ * (macros), and the type ids the headers read from HDF5's globals are
+ * read from the loaded library.  TQ_HDF5_LIB names another library file.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +33,189 @@
 
 #include "internal.h"
 #include "reader_impl.h"
+
+/* The library the build was made against (Makefile), then other names. */
+#ifndef TQ_HDF5_SONAME
+#define TQ_HDF5_SONAME "libhdf5_serial.so.103"
+#endif
+static const char *const h5_names[] = {
+	TQ_HDF5_SONAME, "libhdf5_serial.so.103", "libhdf5.so.103",
+	"libhdf5_serial.so", "libhdf5.so",
+};
+
+/* The functions used here, and the globals behind the type ids used. */
+#define H5_FUNCS(X)							\
+	X(open) X(Aclose) X(Aexists) X(Aget_space) X(Aget_type)		\
+	X(Aopen) X(Aread) X(Dclose) X(Dget_create_plist) X(Dget_space)	\
+	X(Dget_storage_size) X(Dget_type) X(Dopen2) X(Dread)		\
+	X(Eclear2) X(Eset_auto2) X(Ewalk2) X(Fclose) X(Fopen)		\
+	X(Gget_info) X(Iget_type) X(Lexists) X(Lget_info)		\
+	X(Lget_name_by_idx) X(Oclose) X(Oopen) X(Pclose) X(Pcreate)	\
+	X(Pget_chunk) X(Pget_external_count) X(Pget_layout)		\
+	X(Pset_fclose_degree) X(Sclose) X(Screate_simple)		\
+	X(Sget_simple_extent_dims) X(Sget_simple_extent_ndims)		\
+	X(Sget_simple_extent_npoints) X(Sselect_hyperslab) X(Tclose)	\
+	X(Tcopy) X(Tget_class) X(Tget_cset) X(Tget_sign) X(Tget_size)	\
+	X(Tis_variable_str) X(Tset_cset) X(Tset_size) X(Tset_strpad)	\
+	X(free_memory) H5_FUNCS_110(X)
+#if H5_VERSION_GE(1, 10, 5)
+#define H5_FUNCS_110(X) X(Dget_num_chunks)
+#else
+#define H5_FUNCS_110(X)
+#endif
+#define H5_IDS(X)							\
+	X(T_NATIVE_FLOAT) X(T_NATIVE_DOUBLE) X(T_NATIVE_INT32)		\
+	X(T_NATIVE_INT64) X(T_NATIVE_UINT64) X(T_C_S1)			\
+	X(P_CLS_FILE_ACCESS_ID)
+
+static struct {
+#define H5_FIELD(f) __typeof__(H5##f) *f;
+	H5_FUNCS(H5_FIELD)
+#undef H5_FIELD
+#define H5_ID_FIELD(g) const hid_t *g;
+	H5_IDS(H5_ID_FIELD)
+#undef H5_ID_FIELD
+	/* Since 1.10.7, and not needed: may be NULL. */
+	herr_t (*Pset_file_locking)(hid_t, hbool_t, hbool_t);
+	int ok;
+	char err[240];		/* why it could not be loaded */
+} h5;
+static pthread_once_t h5_once = PTHREAD_ONCE_INIT;
+
+/* The library's symbol `name` into *p; 0 and h5.err if it has none. */
+static int
+h5_sym(void *dl, const char *lib, const char *name, void **p)
+{
+	if ((*p = dlsym(dl, name)) != NULL)
+		return 1;
+	snprintf(h5.err, sizeof(h5.err), "%s has no %s", lib, name);
+	return 0;
+}
+
+static void
+h5_load_once(void)
+{
+	const char *env = getenv("TQ_HDF5_LIB"), *lib;
+	void *dl, *ids;
+	size_t i, n = sizeof(h5_names) / sizeof(h5_names[0]);
+
+	/* The error kept is that of the first name: the build's library. */
+	lib = env != NULL && env[0] != '\0' ? env : h5_names[0];
+	if ((dl = dlopen(lib, RTLD_NOW | RTLD_LOCAL)) == NULL) {
+		const char *e = dlerror();
+
+		snprintf(h5.err, sizeof(h5.err), "%s", e != NULL ? e : lib);
+		for (i = 1; lib != env && i < n && dl == NULL; i++)
+			dl = dlopen(lib = h5_names[i], RTLD_NOW | RTLD_LOCAL);
+		if (dl == NULL)
+			return;
+	}
+#define H5_SYM(f)							\
+	if (!h5_sym(dl, lib, "H5" #f, (void **)&h5.f))			\
+		return;
+	H5_FUNCS(H5_SYM)
+#undef H5_SYM
+	ids = dl;
+	/*
+	 * A program that links this same library itself and names an id
+	 * may hold its own copy of the global (a copy relocation), which
+	 * the library then uses; the global scope finds that one.
+	 */
+	if (dlsym(RTLD_DEFAULT, "H5open") == (void *)h5.open)
+		ids = RTLD_DEFAULT;
+#define H5_ID_SYM(g)							\
+	if (!h5_sym(ids, lib, "H5" #g "_g", (void **)&h5.g))		\
+		return;
+	H5_IDS(H5_ID_SYM)
+#undef H5_ID_SYM
+	*(void **)&h5.Pset_file_locking = dlsym(dl, "H5Pset_file_locking");
+	/* The library sets the globals of its ids as it starts. */
+	if (h5.open() < 0) {
+		snprintf(h5.err, sizeof(h5.err), "%s did not start", lib);
+		return;
+	}
+	h5.ok = 1;
+}
+
+/* Loads the HDF5 library once; fails, saying why, if it cannot. */
+static enum tq_status
+h5_load(void)
+{
+	pthread_once(&h5_once, h5_load_once);
+	if (!h5.ok)
+		return tq_fail(TQ_ERR_UNSUPPORTED, "reading HDF5 needs the "
+		    "HDF5 library: %s", h5.err);
+	return TQ_OK;
+}
+
+/* From here on the HDF5 names are the loaded library's. */
+#define H5_CALL(f) (*h5.f)
+#define H5Aclose H5_CALL(Aclose)
+#define H5Aexists H5_CALL(Aexists)
+#define H5Aget_space H5_CALL(Aget_space)
+#define H5Aget_type H5_CALL(Aget_type)
+#define H5Aopen H5_CALL(Aopen)
+#define H5Aread H5_CALL(Aread)
+#define H5Dclose H5_CALL(Dclose)
+#define H5Dget_create_plist H5_CALL(Dget_create_plist)
+#define H5Dget_num_chunks H5_CALL(Dget_num_chunks)
+#define H5Dget_space H5_CALL(Dget_space)
+#define H5Dget_storage_size H5_CALL(Dget_storage_size)
+#define H5Dget_type H5_CALL(Dget_type)
+#define H5Dopen2 H5_CALL(Dopen2)
+#define H5Dread H5_CALL(Dread)
+#define H5Eclear2 H5_CALL(Eclear2)
+#define H5Eset_auto2 H5_CALL(Eset_auto2)
+#define H5Ewalk2 H5_CALL(Ewalk2)
+#define H5Fclose H5_CALL(Fclose)
+#define H5Fopen H5_CALL(Fopen)
+#define H5Gget_info H5_CALL(Gget_info)
+#define H5Iget_type H5_CALL(Iget_type)
+#define H5Lexists H5_CALL(Lexists)
+#define H5Lget_info H5_CALL(Lget_info)
+#define H5Lget_name_by_idx H5_CALL(Lget_name_by_idx)
+#define H5Oclose H5_CALL(Oclose)
+#define H5Oopen H5_CALL(Oopen)
+#define H5Pclose H5_CALL(Pclose)
+#define H5Pcreate H5_CALL(Pcreate)
+#define H5Pget_chunk H5_CALL(Pget_chunk)
+#define H5Pget_external_count H5_CALL(Pget_external_count)
+#define H5Pget_layout H5_CALL(Pget_layout)
+#define H5Pset_fclose_degree H5_CALL(Pset_fclose_degree)
+#define H5Sclose H5_CALL(Sclose)
+#define H5Screate_simple H5_CALL(Screate_simple)
+#define H5Sget_simple_extent_dims H5_CALL(Sget_simple_extent_dims)
+#define H5Sget_simple_extent_ndims H5_CALL(Sget_simple_extent_ndims)
+#define H5Sget_simple_extent_npoints H5_CALL(Sget_simple_extent_npoints)
+#define H5Sselect_hyperslab H5_CALL(Sselect_hyperslab)
+#define H5Tclose H5_CALL(Tclose)
+#define H5Tcopy H5_CALL(Tcopy)
+#define H5Tget_class H5_CALL(Tget_class)
+#define H5Tget_cset H5_CALL(Tget_cset)
+#define H5Tget_sign H5_CALL(Tget_sign)
+#define H5Tget_size H5_CALL(Tget_size)
+#define H5Tis_variable_str H5_CALL(Tis_variable_str)
+#define H5Tset_cset H5_CALL(Tset_cset)
+#define H5Tset_size H5_CALL(Tset_size)
+#define H5Tset_strpad H5_CALL(Tset_strpad)
+#define H5free_memory H5_CALL(free_memory)
+#undef H5T_NATIVE_FLOAT
+#undef H5T_NATIVE_DOUBLE
+#undef H5T_NATIVE_INT32
+#undef H5T_NATIVE_INT64
+#undef H5T_NATIVE_UINT64
+#undef H5T_C_S1
+#undef H5P_FILE_ACCESS
+#undef H5F_ACC_RDONLY
+#define H5T_NATIVE_FLOAT (*h5.T_NATIVE_FLOAT)
+#define H5T_NATIVE_DOUBLE (*h5.T_NATIVE_DOUBLE)
+#define H5T_NATIVE_INT32 (*h5.T_NATIVE_INT32)
+#define H5T_NATIVE_INT64 (*h5.T_NATIVE_INT64)
+#define H5T_NATIVE_UINT64 (*h5.T_NATIVE_UINT64)
+#define H5T_C_S1 (*h5.T_C_S1)
+#define H5P_FILE_ACCESS (*h5.P_CLS_FILE_ACCESS_ID)
+/* The headers' flag also checks the version of a linked library. */
+#define H5F_ACC_RDONLY 0x0000u
 
 /* Rows of 8-byte values converted per step through the scratch buffer. */
 #define SCRATCH_BYTES ((size_t)1 << 20)
@@ -93,10 +287,9 @@ h5_open_file(const char *path)
 	if ((fapl = H5Pcreate(H5P_FILE_ACCESS)) < 0)
 		return -1;
 	H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG);
-#if H5_VERSION_GE(1, 10, 7)
-	/* Reading needs no lock; some file systems refuse them. */
-	H5Pset_file_locking(fapl, 0, 1);
-#endif
+	/* Reading needs no lock; some file systems refuse them (1.10.7). */
+	if (h5.Pset_file_locking != NULL)
+		h5.Pset_file_locking(fapl, 0, 1);
 	f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
 	H5Pclose(fapl);
 	return f;
@@ -287,6 +480,7 @@ tq_h5_open(const char *path, const char *dataset, struct tq_h5 **out,
 	enum tq_status st;
 
 	*out = NULL;
+	TQ_TRY(h5_load());
 	h5_quiet();
 	if ((h = calloc(1, sizeof(*h))) == NULL)
 		return tq_fail(TQ_ERR_NOMEM, "out of memory");
@@ -494,6 +688,7 @@ tq_hdf5_attr_string(const char *path, const char *name, char *buf,
 	close(fd);
 	if (k != 8 || memcmp(sig, TQ_HDF5_SIGNATURE, 8) != 0)
 		return tq_fail(TQ_ERR_FORMAT, "not an HDF5 file");
+	TQ_TRY(h5_load());
 	h5_quiet();
 	if ((file = h5_open_file(path)) < 0)
 		return h5_fail(TQ_ERR_FORMAT, "not a readable HDF5 file");

@@ -886,6 +886,16 @@ tqfile_cases() {
 	expect 1 'FILE: row R, column C: value V is not a byte (0..255)' \
 	    'out.bvecs: row 0, column 0: value * is not a byte (0..255)' \
 	    tq-cat -o out.bvecs c.bin
+	# The HDF5 library is loaded when an HDF5 file is met.
+	printf '\211HDF\r\n\032\n%s' 0123456789abcdef >sig.h5
+	TQ_HDF5_LIB=/nonexistent/libhdf5.so expect 1 \
+	    'FILE: reading HDF5 needs the HDF5 library: ERROR' \
+	    'sig.h5: reading HDF5 needs the HDF5 library: /nonexistent/libhdf5.so: cannot open shared object file: No such file or directory' \
+	    tq-cat -o out.bin sig.h5
+	TQ_HDF5_LIB=libzstd.so.1 expect 1 \
+	    'FILE: reading HDF5 needs the HDF5 library: ERROR' \
+	    'sig.h5: reading HDF5 needs the HDF5 library: libzstd.so.1 has no H5open' \
+	    tq-cat -o out.bin sig.h5
 
 	expect 2 "format 'NAME' is not one of fixture, fvecs, ivecs, bvecs, npy, text, tsv, csv, vec, w2v" \
 	    "format 'f32' is not one of fixture, fvecs, ivecs, bvecs, npy, text, tsv, csv, vec, w2v" \

@@ -73,7 +73,7 @@ header_functions() {
 	assert_equal "$output" 0.1.0
 	run grep -E '^(prefix=|Libs:|Requires.private:|Cflags:)' "$LIB/pkgconfig/libtq.pc"
 	assert_equal "${lines[0]}" "prefix=$PREFIX"
-	assert_equal "${lines[1]}" "Requires.private: hdf5 openblas lapacke libzstd libxxhash"
+	assert_equal "${lines[1]}" "Requires.private: openblas lapacke libzstd libxxhash"
 	assert_equal "${lines[2]}" 'Libs: -L${libdir} -ltq'
 	assert_equal "${lines[3]}" 'Cflags: -I${includedir}'
 	run pkg-config --libs libtq
