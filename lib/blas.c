@@ -31,6 +31,11 @@ extern char *openblas_get_corename(void) __attribute__((weak));
 extern char *openblas_get_config(void) __attribute__((weak));
 extern int openblas_get_num_threads(void) __attribute__((weak));
 extern void openblas_set_num_threads(int) __attribute__((weak));
+/*
+ * Stops OpenBLAS's worker threads (its fork handler's call, exported);
+ * a later call on more than one thread starts them again.
+ */
+extern int blas_thread_shutdown_(void) __attribute__((weak));
 
 /*
  * OpenBLAS 0.3.21's x86-64 kernel families by the widest vector unit their
@@ -144,6 +149,15 @@ tq_blas_set_threads(int n)
 	if (openblas_set_num_threads == NULL || n < 1)
 		return 0;
 	openblas_set_num_threads(n);
+	/*
+	 * The threads OpenBLAS started when it loaded spin on sched_yield
+	 * until a timeout: about 0.1 s of a second core at every start of
+	 * a tq program (measured on a tq-search waiting for its queries),
+	 * on the core a pipeline's other program or the search's own
+	 * second thread needs.  One thread needs none of them.
+	 */
+	if (n == 1 && blas_thread_shutdown_ != NULL)
+		blas_thread_shutdown_();
 	return 1;
 }
 

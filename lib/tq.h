@@ -1090,10 +1090,11 @@ const char *tq_single_filter_name(void);
  * OpenBLAS's own threads spin for a while after each call; a program that
  * runs libtq's threaded functions (threads != 1) does best with
  * OPENBLAS_NUM_THREADS=1 (or tq_blas_set_threads(1)), as the tq programs
- * do: libtq then runs the products on its own threads.  Only the
- * environment variable, set before the process starts, also stops the
- * spin (sched_yield, about 0.1 s) of the threads OpenBLAS starts when it
- * loads: measured as CPU time, it adds a second core to a short run.
+ * do: libtq then runs the products on its own threads.  The threads
+ * OpenBLAS starts when it loads also spin (sched_yield, about 0.1 s of a
+ * second core); tq_blas_set_threads(1) stops them too (OpenBLAS's
+ * blas_thread_shutdown_), as the environment variable set before the
+ * process starts does.
  */
 struct tq_blas_info {
 	const char *library;	/* openblas_get_config(), or "unknown" */
@@ -1122,7 +1123,9 @@ const char *tq_blas_core_for(const char *features);
 const char *tq_blas_core_wider(const char *features, const char *current);
 /*
  * Sets the BLAS thread count (openblas_set_num_threads, process-wide);
- * returns 0 if the BLAS offers no such call or n < 1, else 1.
+ * with n = 1 also stops the threads OpenBLAS runs.  Call it while no BLAS
+ * call is running.  Returns 0 if the BLAS offers no such call or n < 1,
+ * else 1.
  */
 int tq_blas_set_threads(int n);
 #ifdef __GNUC__

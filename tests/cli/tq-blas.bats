@@ -1,7 +1,8 @@
 #!/usr/bin/env bats
 # BLAS: the same quantizer whatever the OpenBLAS kernels and threads;
 # tq-inspect --cpu reports the BLAS; the programs re-run themselves with
-# a wider OpenBLAS core when OpenBLAS picked a narrow one.
+# a wider OpenBLAS core when OpenBLAS picked a narrow one, and stop the
+# threads OpenBLAS starts.
 
 load helpers
 
@@ -151,4 +152,28 @@ EOF
 	cat c.bin | LD_PRELOAD="$PWD/shim.so" "$TQ_BIN/tq-fit" -i - \
 	    --lists 10 --rotation structured -o c.tq
 	cmp a.tq c.tq
+}
+
+# The threads of the program reading standard input in the background:
+# one waiting for its input has done all its start-up work.
+threads_waiting() {
+	local pid n
+	sleep 3 | "$@" &
+	pid=$!
+	sleep 1
+	n=$(ls "/proc/$pid/task" | wc -l)
+	wait "$pid" || true
+	echo "$n"
+}
+
+@test "the programs stop the threads OpenBLAS starts as it loads" {
+	[ -d /proc/self/task ] || skip "no /proc"
+	# tq-fit links OpenBLAS; it waits for its corpus on standard input.
+	n=$(threads_waiting "$TQ_BIN/tq-fit" -i - -o q.tq)
+	assert_equal "$n" 1
+	# The test can fail: OpenBLAS's threads stay when the user asks for
+	# them (OpenBLAS starts one fewer than the cores).
+	[ "$(nproc)" -ge 2 ] || skip "one core: OpenBLAS starts no thread"
+	n=$(OPENBLAS_NUM_THREADS=2 threads_waiting "$TQ_BIN/tq-fit" -i - -o q.tq)
+	[ "$n" -ge 2 ] || { echo "threads: $n"; false; }
 }
