@@ -493,27 +493,39 @@ sample_rows(const struct tq_index *ix, uint32_t m, uint64_t seed,
 }
 
 /*
- * The probes grid of an IVF index: about sqrt(2) apart up to
- * max(PROBES_MIN, nlist / PROBES_DIV) lists, and all lists when that is
- * all of them.  A search of more than a 32nd of the lists is nearly a
- * flat scan; measured at 10M rows and 3162 lists, a grid up to all
- * lists cost the calibration more than a quarter of an hour.
+ * The probes grid of an IVF index: about sqrt(2) apart.  Every value up
+ * to max(PROBES_MIN, nlist / PROBES_DIV) is measured (*nsoft of them),
+ * and all lists when that is all of them: a search of more lists is
+ * nearly a flat scan, and at 10M rows and 3162 lists a grid up to all
+ * lists cost the calibration more than a quarter of an hour.  Past
+ * that, up to nlist / PROBES_HARD_DIV, values are measured only while
+ * the recall is still short of ENOUGH and within EXTEND_BUDGET times the
+ * probes already measured (tq_index_calibrate): on a hard set the
+ * recall a user asks for (0.99 of the true 10) may lie there, and the
+ * targets above the calibration's best go unreached.
  */
 #define PROBES_MIN 64u
 #define PROBES_DIV 32u
+#define PROBES_HARD_DIV 2u
+#define ENOUGH 0.995
+#define EXTEND_BUDGET 2u
 static uint32_t
-probes_grid(uint32_t nlist, uint32_t *p)
+probes_grid(uint32_t nlist, uint32_t *p, uint32_t *nsoft)
 {
 	static const uint32_t a[] = { 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48 };
-	uint32_t n = 0, v, cap = nlist / PROBES_DIV;
+	uint32_t n = 0, v, soft = nlist / PROBES_DIV;
+	uint32_t cap = nlist / PROBES_HARD_DIV;
 	size_t i;
 
 	if (nlist == 0) {
 		p[0] = 0;
+		*nsoft = 1;
 		return 1;
 	}
-	if (cap < PROBES_MIN)
-		cap = PROBES_MIN;
+	if (soft < PROBES_MIN)
+		soft = PROBES_MIN;
+	if (cap < soft)
+		cap = soft;
 	for (i = 0; i < sizeof(a) / sizeof(a[0]) && a[i] < nlist &&
 	    a[i] <= cap; i++)
 		p[n++] = a[i];
@@ -523,8 +535,10 @@ probes_grid(uint32_t nlist, uint32_t *p)
 		    n + 1 < TQ_CALB_MAXP)
 			p[n++] = v + v / 2;
 	}
-	if (nlist <= cap)
+	if (nlist <= soft)
 		p[n++] = nlist;
+	for (*nsoft = 0; *nsoft < n && p[*nsoft] <= soft; (*nsoft)++)
+		;
 	return n;
 }
 
@@ -733,10 +747,11 @@ tq_calib_compute(const struct tq_index *ix, const struct tq_calib_params *cp,
     uint8_t **buf, size_t *len)
 {
 	struct calrun c;
-	uint32_t probes[TQ_CALB_MAXP], np, nk = 0, ks[NK], ki, pi, oi, m;
+	uint32_t probes[TQ_CALB_MAXP], np, nsoft, nk = 0, ks[NK], ki, pi, oi, m;
 	uint32_t dim = ix->q->dim, kt;
 	int sat, flat;
 	double prev;
+	uint64_t sum, extra;
 	uint64_t *rows = NULL, *self = NULL, *truth = NULL;
 	uint32_t *tlen = NULL;
 	float *qv = NULL;
@@ -773,7 +788,7 @@ tq_calib_compute(const struct tq_index *ix, const struct tq_calib_params *cp,
 		if (grid_k[i] + (cp->queries == NULL) <= ix->live)
 			ks[nk++] = grid_k[i];
 	kt = ks[nk - 1];
-	np = probes_grid(ix->nlist, probes);
+	np = probes_grid(ix->nlist, probes, &nsoft);
 	L = calb_length(nk, np, NOVER);
 	qv = tq_mallocarray((size_t)m * dim, sizeof(*qv));
 	truth = tq_callocarray((size_t)m * KMAX, sizeof(*truth));
@@ -834,11 +849,21 @@ tq_calib_compute(const struct tq_index *ix, const struct tq_calib_params *cp,
 	/*
 	 * The probes stop after two values whose every k reached a mean
 	 * recall of SATURATED, or that each gained less than PLATEAU on the
-	 * value before: more lists would cost more for less.
+	 * value before: more lists would cost more for less.  Past the first
+	 * nsoft values, only while the recall is short of ENOUGH and the
+	 * probes measured there stay within EXTEND_BUDGET times those before.
 	 */
-	for (pi = 0, sat = 0, flat = 0, prev = -1.0; pi < np && sat < 2 &&
-	    flat < 2; pi++) {
+	for (pi = 0, sat = 0, flat = 0, prev = -1.0, sum = 0, extra = 0;
+	    pi < np && sat < 2 && flat < 2; pi++) {
 		double best;
+
+		if (pi >= nsoft) {
+			extra += probes[pi];
+			if (prev >= ENOUGH || extra > EXTEND_BUDGET * sum)
+				break;
+		} else {
+			sum += probes[pi];
+		}
 
 		if ((rc = measure(&c, ks, nk, probes[pi], out +
 		    TQ_CALB_HEADER + 4 * (nk + np + NOVER) + TQ_CALB_ENTRY *

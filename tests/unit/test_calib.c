@@ -278,6 +278,68 @@ test_between(void)
 	make_data();
 }
 
+/* Whether any entry of probes value pi of a CALB payload is measured. */
+static int
+probes_measured(const uint8_t *b, uint32_t pi)
+{
+	uint32_t nk = rd_le32(b + 28), np = rd_le32(b + 32),
+	    no = rd_le32(b + 36);
+
+	for (uint32_t ki = 0; ki < nk; ki++)
+		for (uint32_t oi = 0; oi < no; oi++)
+			if (rd_le32(b + 64 + 4 * (nk + np + no) + 24 *
+			    ((ki * (size_t)np + pi) * no + oi) + 20) != 0)
+				return 1;
+	return 0;
+}
+
+/*
+ * 256 lists: the grid is measured up to 64 probes, and past that (96,
+ * 128: half the lists) only while the recall is short.  Unclustered
+ * rows are still short at 64 probes, so 96 and 128 are measured and
+ * choices reach there; clustered rows are found in a few lists, and
+ * nothing past 64 is measured.
+ */
+static void
+test_extend(void)
+{
+	const char *p = fpath("extend.tqi");
+	static const uint32_t want[] = { 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48,
+	    64, 96, 128 };
+	struct tq_recall_choice ch;
+	struct tq_index *ix;
+	uint64_t g = 4242, off, len;
+	uint8_t *b;
+
+	for (int v = 0; v < 2; v++) {
+		if (v == 0)
+			for (int i = 0; i < (N + 200) * DIM; i++)
+				data[i] = ((float)tq_rand_below(&g, 2001) -
+				    1000.0f) / 400.0f;
+		else
+			make_data();
+		build(p, 256, TQ_ORIG_F32);
+		CHECK_OK(tq_index_calibrate(p, NULL, NULL, p));
+		b = read_calb(p, &off, &len);
+		CHECK(b != NULL);
+		if (b == NULL)
+			return;
+		CHECK(rd_le32(b + 32) == sizeof(want) / sizeof(want[0]));
+		for (uint32_t pi = 0; pi < sizeof(want) / sizeof(want[0]);
+		    pi++)
+			CHECK(rd_le32(b + 64 + 4 * (3 + pi)) == want[pi]);
+		CHECK(probes_measured(b, 11));
+		CHECK(probes_measured(b, 12) == (v == 0));
+		CHECK(probes_measured(b, 13) == (v == 0));
+		CHECK_OK(tq_index_open(p, &ix));
+		CHECK_OK(tq_index_recall_choose(ix, 100, 0.99, &ch));
+		CHECK(v == 1 || ch.probes > 64);
+		tq_index_close(ix);
+		check_choices(p);
+		free(b);
+	}
+}
+
 /* The same bytes at 1 and 2 threads, and with queries given. */
 static void
 test_deterministic(void)
@@ -444,6 +506,7 @@ main(void)
 	make_data();
 	RUN(test_flat_and_ivf);
 	RUN(test_between);
+	RUN(test_extend);
 	RUN(test_deterministic);
 	RUN(test_stale);
 	RUN(test_refused);
