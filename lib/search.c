@@ -132,6 +132,11 @@
  * candidates scored together (the f16 key kernels overlap their sums).
  */
 #define RERANK_AHEAD 4
+/*
+ * --oversample auto over an index larger than memory: the originals asked
+ * for in the first request, in multiples of k (finish_auto).
+ */
+#define ADVISE_FIRST 2u
 #define RERANK_ROWS 4
 /* Most candidates of a tile refined together (refine_tile). */
 #define REFINE_TILE_MAX (1u << 18)
@@ -2004,6 +2009,26 @@ ups_replace(float *ups, uint32_t n, float old, float nv)
 	ups[e] = nv;
 }
 
+/*
+ * Larger than memory: asks the kernel for the originals of at most max
+ * candidates of ac[from .. m) that the walk of finish_auto may read (more
+ * than k upper ends reach their lower end), in walk order.  Returns where
+ * the next such request starts.
+ */
+static uint32_t
+advise_open(const struct worker *w, uint32_t from, uint32_t m, uint32_t nu,
+    uint32_t k, uint32_t max)
+{
+	uint32_t t, e = 0;
+
+	for (t = from; t < m && e < max; t++)
+		if (count_at_least(w->ups, nu, w->ac[t].lo) > k) {
+			advise_row(w->c, w->ac[t].row);
+			e++;
+		}
+	return t;
+}
+
 /* Higher upper end first, then smaller row (ends are never NaN). */
 static inline int
 acand_before(const struct acand *x, const struct acand *y)
@@ -2051,7 +2076,7 @@ finish_auto(struct worker *w, size_t i, const struct tq_topk *cand)
 	const float *qv = c->qv + i * c->dim;
 	struct acand *ac = w->ac;
 	uint32_t n = cand->len, k = c->k < n ? c->k : n, t, e, m;
-	uint32_t done = 0, pf, ns, nu;
+	uint32_t done = 0, pf, ns, nu, adv;
 	float fl;
 	size_t qi[REFINE_ROWS] = { i, i, i, i };
 	double t0 = c->timed ? now() : 0.0, tr = 0.0;
@@ -2150,11 +2175,16 @@ finish_auto(struct worker *w, size_t i, const struct tq_topk *cand)
 	 * when they were looked at are requested while others are scored
 	 * (those settled later are requested for nothing).
 	 */
-	/* Larger than memory: those that may be read, asked for at once. */
-	if (c->ix->beyond_memory)
-		for (pf = 0; pf < m; pf++)
-			if (count_at_least(w->ups, nu, ac[pf].lo) > k)
-				advise_row(c, ac[pf].row);
+	/*
+	 * Larger than memory: the first ADVISE_FIRST x k of those that may be
+	 * read are asked for at once, then k more of those still open each
+	 * time the walk passes the last one asked for.  Reads settle others:
+	 * asking for every open one at the start read from disk about twice
+	 * the originals the walk used at 2 bits (text-384: 212 KiB a query
+	 * against 133-143 now, 24.6 originals used).
+	 */
+	adv = c->ix->beyond_memory ? advise_open(w, 0, m, nu, k,
+	    ADVISE_FIRST * k) : m;
 	for (pf = 0, e = 0; pf < m && e < RERANK_AHEAD; pf++)
 		if (count_at_least(w->ups, nu, ac[pf].lo) > k) {
 			prefetch_original(c, ac[pf].row);
@@ -2166,6 +2196,8 @@ finish_auto(struct worker *w, size_t i, const struct tq_topk *cand)
 
 		if (count_at_least(w->ups, nu, a->lo) <= k)
 			continue;	/* a result, whatever the others */
+		if (t >= adv)
+			adv = advise_open(w, t, m, nu, k, k);
 		for (pf = pf > t ? pf : t + 1; pf < m; pf++)
 			if (count_at_least(w->ups, nu, ac[pf].lo) > k) {
 				prefetch_original(c, ac[pf++].row);
