@@ -99,4 +99,21 @@ willneed() {
 	cmp free.tsv small.tsv
 	[ "$(willneed small.trace)" -ge 80 ]
 	[ "$(grep 'MADV_WILLNEED' small.trace | grep -c '= -1')" -eq 0 ]
+	# Small k: the walk soon passes the first request (2k originals),
+	# and later ones (k more each) ask for the rest; the same results.
+	for k in 2 3; do
+		"$TQ_BIN/tq-search" -k $k --probes 8 --oversample auto \
+		    --threads 1 -i "$F/q.bin" "$F/i.tqi" >free$k.tsv
+		in_cgroup $((size * 3 / 2)) strace -f -e trace=madvise \
+		    -o small$k.trace "$TQ_BIN/tq-search" -k $k --probes 8 \
+		    --oversample auto --threads 1 -i "$F/q.bin" --stats \
+		    "$F/i.tqi" >small$k.tsv 2>stats$k.json
+		cmp free$k.tsv small$k.tsv
+		# More originals read than the first requests asked for.
+		reads=$(grep -o '"originals_read":[0-9]*' stats$k.json |
+		    cut -d: -f2)
+		[ "$reads" -gt $((5 * 2 * k)) ]
+		[ "$(grep 'MADV_WILLNEED' small$k.trace | grep -c '= -1')" \
+		    -eq 0 ]
+	done
 }
