@@ -6,19 +6,21 @@
 #include "common.h"
 
 static const char usage_str[] =
-    "tq-inspect [--json] [--verify] file\n"
+    "tq-inspect [--json] [--verify] [--calibration] file\n"
     "       tq-inspect --cpu";
 
 static const char help_str[] =
+    "      --calibration     also every setting of an index's calibration\n"
     "      --cpu             print the CPU features and the scan kernel chosen\n"
     "  -h, --help            print this help and exit\n"
     "      --json            print the description as one JSON object\n"
     "  -V, --version         print the version and exit\n"
     "      --verify          also check every section's checksum\n";
 
-enum { OPT_CPU = 256, OPT_JSON, OPT_VERIFY };
+enum { OPT_CALIB = 256, OPT_CPU, OPT_JSON, OPT_VERIFY };
 
 static const struct option longopts[] = {
+	{ "calibration", no_argument,	NULL, OPT_CALIB },
 	{ "cpu",	no_argument,	NULL, OPT_CPU },
 	{ "help",	no_argument,	NULL, 'h' },
 	{ "json",	no_argument,	NULL, OPT_JSON },
@@ -35,19 +37,82 @@ kind_name(enum tq_file_kind k)
 
 /* The calibration of an index for tq-search --recall (tq(5) CALB). */
 static struct tq_calib_info calib;
+/* With --calibration: its measured entries, in file order. */
+static struct tq_calib_entry *entries;
+static size_t nentries;
 
 static void
-read_calib(const char *path, const struct tq_file_info *fi)
+read_calib(const char *path, const struct tq_file_info *fi, int all)
 {
 	struct tq_index *ix;
 	enum tq_status st;
+	size_t n;
 
 	if (fi->kind != TQ_FILE_INDEX)
 		return;
 	if ((st = tq_index_open(path, &ix)) != TQ_OK ||
 	    (st = tq_index_calib_info(ix, &calib)) != TQ_OK)
 		die_status(st, path);
+	n = (size_t)calib.nk * calib.nprobes * calib.noversample;
+	if (all && calib.present && n > 0) {
+		if ((entries = calloc(n, sizeof(*entries))) == NULL)
+			die("%s: out of memory", path);
+		for (uint32_t ki = 0; ki < calib.nk; ki++)
+			for (uint32_t pi = 0; pi < calib.nprobes; pi++)
+				for (uint32_t oi = 0; oi < calib.noversample;
+				    oi++) {
+					struct tq_calib_entry *e =
+					    &entries[nentries];
+
+					if ((st = tq_index_calib_entry(ix, ki,
+					    pi, oi, e)) != TQ_OK)
+						die_status(st, path);
+					nentries += e->measured != 0;
+				}
+	}
 	tq_index_close(ix);
+}
+
+/* --calibration: a line per measured setting. */
+static void
+print_entries_text(void)
+{
+	if (entries == NULL)
+		return;
+	printf("%6s %7s %10s %8s %8s %12s %8s %9s %14s\n", "k", "probes",
+	    "oversample", "recall", "se", "rows", "refined", "originals",
+	    "cost");
+	for (size_t i = 0; i < nentries; i++) {
+		const struct tq_calib_entry *e = &entries[i];
+		char p[16];
+
+		if (e->probes == 0)
+			snprintf(p, sizeof(p), "-");
+		else
+			snprintf(p, sizeof(p), "%u", (unsigned)e->probes);
+		printf("%6u %7s %10g %8.4f %8.4f %12.1f %8.1f %9.1f %14.1f\n",
+		    (unsigned)e->k, p, (double)e->oversample, e->recall,
+		    e->se, e->rows, e->refined, e->originals, e->cost);
+	}
+}
+
+static void
+print_entries_json(void)
+{
+	if (entries == NULL)
+		return;
+	printf(",\"entries\":[");
+	for (size_t i = 0; i < nentries; i++) {
+		const struct tq_calib_entry *e = &entries[i];
+
+		printf("%s{\"k\":%u,\"probes\":%u,\"oversample\":%g,"
+		    "\"recall\":%.6f,\"se\":%.6f,\"rows_scanned\":%.1f,"
+		    "\"refined\":%.1f,\"originals_read\":%.1f,"
+		    "\"cost\":%.1f}", i ? "," : "", (unsigned)e->k,
+		    (unsigned)e->probes, (double)e->oversample, e->recall,
+		    e->se, e->rows, e->refined, e->originals, e->cost);
+	}
+	printf("]");
 }
 
 static void
@@ -78,8 +143,10 @@ print_calib_json(void)
 	    (unsigned)calib.queries, (unsigned long long)calib.live);
 	for (i = 0; i < calib.nk; i++)
 		printf("%s%u", i ? "," : "", (unsigned)calib.k[i]);
-	printf("],\"settings\":%u,\"stale\":%s}", (unsigned)calib.measured,
+	printf("],\"settings\":%u,\"stale\":%s", (unsigned)calib.measured,
 	    calib.stale ? "true" : "false");
+	print_entries_json();
+	printf("}");
 }
 
 static void
@@ -120,6 +187,7 @@ print_text(const struct tq_file_info *fi, int verified)
 		printf("originals bytes/vector %.1f\n",
 		    fi->original_bytes_per_vector);
 		print_calib_text();
+		print_entries_text();
 	}
 	printf("sections:\n");
 	for (i = 0; i < ns; i++) {
@@ -224,7 +292,7 @@ main(int argc, char *argv[])
 {
 	struct tq_file_info fi;
 	enum tq_status st;
-	int ch, cpu = 0, json = 0, verify = 0;
+	int ch, cpu = 0, json = 0, verify = 0, all = 0;
 
 	cmd_init(argv, usage_str, help_str);
 	while ((ch = getopt_long(argc, argv, "hV", longopts, NULL)) != -1) {
@@ -233,6 +301,9 @@ main(int argc, char *argv[])
 			usage_help();
 		case 'V':
 			print_version();
+		case OPT_CALIB:
+			all = 1;
+			break;
 		case OPT_CPU:
 			cpu = 1;
 			break;
@@ -250,7 +321,7 @@ main(int argc, char *argv[])
 	argv += optind;
 
 	if (cpu) {
-		if (json || verify || argc > 0)
+		if (json || verify || all || argc > 0)
 			usage_error("--cpu takes no other option or file");
 		print_cpu();
 		return 0;
@@ -264,7 +335,7 @@ main(int argc, char *argv[])
 		die_status(st, argv[0]);
 	if (verify && (st = tq_file_verify(argv[0])) != TQ_OK)
 		die_status(st, argv[0]);
-	read_calib(argv[0], &fi);
+	read_calib(argv[0], &fi, all);
 	if (json)
 		print_json(argv[0], &fi, verify);
 	else

@@ -205,6 +205,41 @@ entry_cost(const struct tq_index *ix, const uint8_t *e)
 	    (double)rd_lef32(e + 16) * dim * WORIG;
 }
 
+enum tq_status
+tq_index_calib_entry(const struct tq_index *ix, uint32_t ki, uint32_t pi,
+    uint32_t oi, struct tq_calib_entry *out)
+{
+	struct calview v;
+	uint64_t len;
+	const uint8_t *s, *e;
+
+	if (ix == NULL || out == NULL)
+		return tq_fail(TQ_ERR_ARG, "calibration entry: NULL argument");
+	memset(out, 0, sizeof(*out));
+	if ((s = calb_section(ix, &len)) == NULL)
+		return tq_fail(TQ_ERR_EMPTY, "the index has no calibration");
+	TQ_TRY(calb_view(ix, s, len, &v));
+	if (ki >= v.nk || pi >= v.np || oi >= v.no)
+		return tq_fail(TQ_ERR_ARG, "calibration entry (%u, %u, %u) "
+		    "out of range (%u, %u, %u)", (unsigned)ki, (unsigned)pi,
+		    (unsigned)oi, (unsigned)v.nk, (unsigned)v.np,
+		    (unsigned)v.no);
+	e = v.ent + TQ_CALB_ENTRY * (((size_t)ki * v.np + pi) * v.no + oi);
+	out->k = rd_le32(v.k + 4 * (size_t)ki);
+	out->probes = rd_le32(v.probes + 4 * (size_t)pi);
+	out->oversample = rd_lef32(v.over + 4 * (size_t)oi);
+	out->measured = (int)rd_le32(e + 20);
+	if (!out->measured)
+		return TQ_OK;
+	out->recall = rd_lef32(e);
+	out->se = rd_lef32(e + 4);
+	out->rows = rd_lef32(e + 8);
+	out->refined = rd_lef32(e + 12);
+	out->originals = rd_lef32(e + 16);
+	out->cost = entry_cost(ix, e);
+	return TQ_OK;
+}
+
 /* The choice so far and the rule that keeps or replaces it. */
 struct chooser {
 	struct tq_recall_choice *out;

@@ -927,6 +927,25 @@ enum tq_status tq_index_calib_info(const struct tq_index *ix,
     struct tq_calib_info *out);
 
 /*
+ * Entry (ki, pi, oi) of an index's calibration (ki < nk, pi < nprobes,
+ * oi < noversample of tq_index_calib_info): its setting, k, probes (0 for
+ * a flat index) and oversample (1: no re-rank), and when measured is 1
+ * the mean recall@k of the calibration's queries, the standard error of
+ * that mean, the rows scanned, candidates refined and originals read per
+ * query, and the cost tq_index_recall_choose weighs (tq(5) CALB).
+ * TQ_ERR_EMPTY if the index has no calibration, TQ_ERR_ARG for an entry
+ * out of range.
+ */
+struct tq_calib_entry {
+	uint32_t k, probes;
+	float oversample;
+	int measured;
+	double recall, se, rows, refined, originals, cost;
+};
+enum tq_status tq_index_calib_entry(const struct tq_index *ix, uint32_t ki,
+    uint32_t pi, uint32_t oi, struct tq_calib_entry *out);
+
+/*
  * The cheapest calibrated setting whose recall@k reaches `target`
  * (0 < target <= 1): among the measured settings at the calibrated k
  * (the smallest calibrated k >= the k asked, else the largest), those

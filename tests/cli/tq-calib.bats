@@ -101,6 +101,42 @@ recall_of() {
 	[[ "$stderr" == '{"queries":200,'* ]] || { show; false; }
 }
 
+@test "tq-inspect --calibration lists every measured setting; --recall chooses among them" {
+	local n stats
+	run "$TQ_BIN/tq-inspect" --calibration ivf.tqi
+	assert_status 0
+	n=$(sed -n 's/^calibration .*, \([0-9]*\) settings measured$/\1/p' <<<"$output")
+	[ "$n" -gt 0 ]
+	# The header, then a line per setting.
+	[ "$(grep -c '^ *k  *probes  *oversample  *recall ' <<<"$output")" -eq 1 ]
+	[ "$(grep -cE '^ +[0-9]+ +[0-9]+ +[0-9.]+ +[01]\.[0-9]{4} ' <<<"$output")" -eq "$n" ]
+	# JSON: the same entries; flat: probes 0 and "-" in the table.
+	"$TQ_BIN/tq-inspect" --calibration --json flat.tqi >flat.json
+	stats=$("$TQ_BIN/tq-search" --recall 0.9 --stats -k 10 -i q.bin -o /dev/null flat.tqi 2>&1 >/dev/null)
+	"$PY" - flat.json "$stats" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))["calibration"]
+e = c["entries"]
+assert len(e) == c["settings"] > 0, (len(e), c["settings"])
+assert all(x["probes"] == 0 and 0 <= x["recall"] <= 1 and x["se"] >= 0 for x in e)
+assert [x["k"] for x in e] == sorted(x["k"] for x in e)
+s = json.loads(sys.argv[2])
+# The choice of a flat index is a measured entry at the calibrated k.
+m = [x for x in e if x["k"] == s["recall_k"] and
+     x["oversample"] == s["oversample"]]
+assert len(m) == 1 and abs(m[0]["recall"] - s["calibrated_recall"]) < 1e-4, (m, s)
+PY
+	run "$TQ_BIN/tq-inspect" --calibration flat.tqi
+	[[ "$output" == *$'\n''    10       -          1 '* ]] || { show; false; }
+	# Nothing to list without a calibration.
+	"$TQ_BIN/tq-build" -q q.tq --no-calibrate -o nocal.tqi c.bin
+	run "$TQ_BIN/tq-inspect" --calibration nocal.tqi
+	assert_status 0
+	[[ "$output" != *oversample* ]] || { show; false; }
+	run "$TQ_BIN/tq-inspect" --calibration --json nocal.tqi
+	[[ "$output" != *entries* ]] || { show; false; }
+}
+
 @test "a higher target never chooses a cheaper setting" {
 	local r prev=0 cost
 	for r in 0.5 0.8 0.9 0.95 0.99; do

@@ -232,6 +232,60 @@ check_choices(const char *path)
 	return interp;
 }
 
+/*
+ * tq_index_calib_entry against the bytes of the section: every entry,
+ * and the ends of the ranges refused.
+ */
+static void
+check_entries(const char *path)
+{
+	struct tq_index *ix;
+	struct tq_calib_info ci;
+	struct tq_calib_entry ce;
+	uint64_t off, len;
+	uint8_t *b = read_calb(path, &off, &len);
+	uint32_t nk, np, no, seen = 0;
+
+	CHECK(b != NULL);
+	if (b == NULL)
+		return;
+	CHECK_OK(tq_index_open(path, &ix));
+	CHECK_OK(tq_index_calib_info(ix, &ci));
+	nk = rd_le32(b + 28);
+	np = rd_le32(b + 32);
+	no = rd_le32(b + 36);
+	CHECK(ci.nk == nk && ci.nprobes == np && ci.noversample == no);
+	for (uint32_t ki = 0; ki < nk; ki++)
+		for (uint32_t pi = 0; pi < np; pi++)
+			for (uint32_t oi = 0; oi < no; oi++) {
+				const uint8_t *e = b + 64 + 4 * (nk + np + no) +
+				    24 * (((size_t)ki * np + pi) * no + oi);
+
+				CHECK_OK(tq_index_calib_entry(ix, ki, pi, oi,
+				    &ce));
+				CHECK(ce.k == rd_le32(b + 64 + 4 * ki));
+				CHECK(ce.probes == rd_le32(b + 64 + 4 *
+				    (nk + pi)));
+				CHECK(ce.oversample == rd_lef32(b + 64 + 4 *
+				    (nk + np + oi)));
+				CHECK(ce.measured == (int)rd_le32(e + 20));
+				CHECK(ce.recall == rd_lef32(e) &&
+				    ce.se == rd_lef32(e + 4) &&
+				    ce.rows == rd_lef32(e + 8) &&
+				    ce.refined == rd_lef32(e + 12) &&
+				    ce.originals == rd_lef32(e + 16));
+				CHECK(!ce.measured || ce.cost > 0);
+				seen += ce.measured != 0;
+			}
+	CHECK(seen == ci.measured);
+	CHECK_ST(tq_index_calib_entry(ix, nk, 0, 0, &ce), TQ_ERR_ARG);
+	CHECK_ST(tq_index_calib_entry(ix, 0, np, 0, &ce), TQ_ERR_ARG);
+	CHECK_ST(tq_index_calib_entry(ix, 0, 0, no, &ce), TQ_ERR_ARG);
+	CHECK_ST(tq_index_calib_entry(ix, 0, 0, 0, NULL), TQ_ERR_ARG);
+	tq_index_close(ix);
+	free(b);
+}
+
 static void
 test_flat_and_ivf(void)
 {
@@ -246,6 +300,8 @@ test_flat_and_ivf(void)
 		CHECK(!ci.present);
 		CHECK_ST(tq_index_recall_choose(ix, 10, 0.9,
 		    &(struct tq_recall_choice){ 0 }), TQ_ERR_EMPTY);
+		CHECK_ST(tq_index_calib_entry(ix, 0, 0, 0,
+		    &(struct tq_calib_entry){ 0 }), TQ_ERR_EMPTY);
 		tq_index_close(ix);
 		CHECK_OK(tq_index_calibrate(paths[v], NULL, NULL, paths[v]));
 		CHECK_OK(tq_index_open(paths[v], &ix));
@@ -256,6 +312,7 @@ test_flat_and_ivf(void)
 		CHECK(ci.nprobes == (v ? 8u : 1u) && ci.measured > 0);
 		tq_index_close(ix);
 		check_choices(paths[v]);
+		check_entries(paths[v]);
 	}
 }
 
