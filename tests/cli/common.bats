@@ -14,7 +14,7 @@ synopsis() {
 	tq-search) echo 'tq-search [-k k] [-i queries | --like-file file] [-o output] [--oversample f|auto[:z]] [--threads n] [--batch n] [--format tsv|json|ivecs] [--dataset name] [--allow ids] [--radius r] [--probes n] [--recall R] [--labels] [--include-self] [--stats[=batch]] index tq-search --like [-k k] [-o output] [--oversample f|auto[:z]] [--threads n] [--format tsv|json|ivecs] [--allow ids] [--radius r] [--probes n] [--recall R] [--include-self] [--stats[=batch]] index label ...' ;;
 	tq-merge) echo 'tq-merge (-m metric | -q quantizer) [-k k] [-o output] [--format tsv|json|ivecs] result ...' ;;
 	tq-recall) echo 'tq-recall --truth [-k k] [-m metric] [--threads n] [--dataset name] -o truth corpus queries tq-recall [--json] results truth tq-recall (--hdf5 file | --corpus file --queries file) [-b bits] [-m metric] [-s seed] [-k k] [--oversample list] [--threads n] [--no-centre] [--lists n|auto] [--probes list] [--sweep param=list] [--recall list] [--queries-limit n] [--json] [--plot file] [--peers file] [--title text] tq-recall --plot file --peers file [-k k] [--title text]' ;;
-	tq-inspect) echo 'tq-inspect [--json] [--verify] file tq-inspect --cpu' ;;
+	tq-inspect) echo 'tq-inspect [--json] [--verify] [--calibration] file tq-inspect --cpu' ;;
 	tq-cat) echo 'tq-cat [-f format] [-o output] [--rows a:b] [--sample n [--seed s]] [--normalize] [--labels] [--dataset name] [input ...]' ;;
 	esac
 }
