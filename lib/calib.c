@@ -64,6 +64,10 @@ bad(const char *what)
 	return tq_fail(TQ_ERR_FORMAT, "section CALB: %s", what);
 }
 
+/*
+ * The header and axes of a CALB section into *v, checked against the
+ * index; the entries are checked once, by tq_calib_check at open.
+ */
 static enum tq_status
 calb_view(const struct tq_index *ix, const uint8_t *s, uint64_t len,
     struct calview *v)
@@ -129,8 +133,26 @@ calb_view(const struct tq_index *ix, const uint8_t *s, uint64_t len,
 			return bad("re-rank calibrated without originals");
 		fprev = o;
 	}
-	for (i = 0; i < v->nk * v->np * v->no; i++) {
-		const uint8_t *e = v->ent + TQ_CALB_ENTRY * (size_t)i;
+	return TQ_OK;
+}
+
+/*
+ * Every entry of a CALB section is checked once, when its index is opened
+ * (tq_calib_check); the readers after that parse only the header and the
+ * axes (calb_view), so a walk over all the entries stays linear.
+ */
+enum tq_status
+tq_calib_check(const struct tq_index *ix)
+{
+	struct calview v;
+	uint64_t len;
+	const uint8_t *s = calb_section(ix, &len);
+
+	if (s == NULL)
+		return TQ_OK;
+	TQ_TRY(calb_view(ix, s, len, &v));
+	for (size_t i = 0; i < (size_t)v.nk * v.np * v.no; i++) {
+		const uint8_t *e = v.ent + TQ_CALB_ENTRY * i;
 		uint32_t fl = rd_le32(e + 20);
 
 		if (fl > 1)
@@ -144,16 +166,6 @@ calb_view(const struct tq_index *ix, const uint8_t *s, uint64_t len,
 		}
 	}
 	return TQ_OK;
-}
-
-enum tq_status
-tq_calib_check(const struct tq_index *ix)
-{
-	struct calview v;
-	uint64_t len;
-	const uint8_t *s = calb_section(ix, &len);
-
-	return s == NULL ? TQ_OK : calb_view(ix, s, len, &v);
 }
 
 void
