@@ -46,17 +46,16 @@ read_calib(const char *path, const struct tq_file_info *fi, int all)
 {
 	struct tq_index *ix;
 	enum tq_status st;
-	size_t n;
 
 	if (fi->kind != TQ_FILE_INDEX)
 		return;
 	if ((st = tq_index_open(path, &ix)) != TQ_OK ||
 	    (st = tq_index_calib_info(ix, &calib)) != TQ_OK)
 		die_status(st, path);
-	n = (size_t)calib.nk * calib.nprobes * calib.noversample;
-	if (all && calib.present && n > 0) {
-		if ((entries = calloc(n, sizeof(*entries))) == NULL)
-			die("%s: out of memory", path);
+	if (all && calib.present) {
+		/* One slot a setting; unmeasured ones are written over. */
+		entries = xcalloc((size_t)calib.nk * calib.nprobes *
+		    calib.noversample, sizeof(*entries));
 		for (uint32_t ki = 0; ki < calib.nk; ki++)
 			for (uint32_t pi = 0; pi < calib.nprobes; pi++)
 				for (uint32_t oi = 0; oi < calib.noversample;
