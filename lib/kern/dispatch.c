@@ -218,7 +218,10 @@ detect(void)
 	if (ymm && (c & (1u << 29)))
 		have |= F_F16C;
 	if (max >= 7) {
+		unsigned d7;
+
 		__get_cpuid_count(7, 0, &a, &b, &c, &d);
+		d7 = d;	/* AMX's bits, before sub-leaf 1 overwrites d */
 		if (b & (1u << 8))
 			have |= F_BMI2;
 		if (ymm && (b & (1u << 5)))
@@ -241,7 +244,7 @@ detect(void)
 		if ((have & F_AVX512F) && __get_cpuid_count(7, 1, &a, &b, &c,
 		    &d) && (a & (1u << 5)))
 			have |= F_AVX512BF16;
-		if (amx_state && (d & (3u << 24)) == (3u << 24) &&
+		if (amx_state && (d7 & (3u << 24)) == (3u << 24) &&
 		    amx_permit())
 			have |= F_AMX;
 	}

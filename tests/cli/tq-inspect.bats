@@ -109,6 +109,30 @@ section_offset() { tq sections "$1" | awk -v t="$2" '$1 == t { print $2 }'; }
 	[[ "$output" == *"single-list-filter: f32"* ]] || { show; false; }
 }
 
+@test "tq-inspect --cpu: every feature Linux reports (/proc/cpuinfo) is detected" {
+	# Linux lists a feature only where the CPU has it and the kernel
+	# saves its state, so each one tq knows must be in tq's list too:
+	# a detection that clobbers a cpuid register (AMX once went missing
+	# on every CPU with AVX512_BF16) fails here on the machines that have it.
+	[ -r /proc/cpuinfo ] || skip "no /proc/cpuinfo"
+	flags=" $(sed -n 's/^flags[[:space:]]*: //p' /proc/cpuinfo | head -1) "
+	run --separate-stderr "$TQ_BIN/tq-inspect" --cpu
+	assert_status 0
+	have=" $(sed -n 's/^cpu: //p' <<<"$output") "
+	n=0
+	for pair in sse4_2:sse4.2 avx:avx avx2:avx2 fma:fma f16c:f16c \
+	    bmi2:bmi2 avx512f:avx512f avx512dq:avx512dq avx512cd:avx512cd \
+	    avx512bw:avx512bw avx512vl:avx512vl avx512vbmi:avx512vbmi \
+	    avx512_vnni:avx512vnni avx512_bf16:avx512bf16 \
+	    amx_int8:amx-int8; do
+		[[ "$flags" == *" ${pair%%:*} "* ]] || continue
+		n=$((n + 1))
+		[[ "$have" == *" ${pair#*:} "* ]] ||
+		    { echo "cpuinfo has ${pair%%:*}, tq-inspect --cpu lacks ${pair#*:}"; show; false; }
+	done
+	[ "$n" -gt 0 ] || skip "no feature tq knows in /proc/cpuinfo"
+}
+
 @test "a flipped byte in each payload: --verify exit 1 naming the section" {
 	local tag off
 	for tag in CODE FACH IDS ORIG QPAR ROTM CBOK CENT IPAR; do
