@@ -39,7 +39,7 @@
  * paid once per block for all the queries, not once per 16.  Between
  * chunks the sums go through acc.
  */
-#define CHUNK_STEPS 8u
+#define CHUNK_STEPS 16u
 
 /* The tile configuration: palette 1, 16 tiles' bytes per row and rows. */
 struct tilecfg {
@@ -132,10 +132,15 @@ scand_amx(const uint8_t *blocks, size_t nblocks, size_t block_bytes,
 	const size_t cstride = acc_stride * sizeof(*acc);
 	const unsigned fstep = AMX_FIELDS / planes;
 	unsigned steps = (nfields + fstep - 1) / fstep;
+	/* The steps in even chunks of at most CHUNK_STEPS. */
+	unsigned chunk = (steps + (steps + CHUNK_STEPS - 1) / CHUNK_STEPS -
+	    1) / ((steps + CHUNK_STEPS - 1) / CHUNK_STEPS);
 	unsigned j, g, s, s0, ns, t, rows = 0;
 	__m512i lv[4];
 	size_t b;
 
+	if (steps == 0)
+		return;
 	for (t = 0; t < planes; t++)
 		lv[t] = _mm512_broadcast_i32x4(_mm_loadu_si128(
 		    (const void *)(levels + 16 * t)));
@@ -143,7 +148,7 @@ scand_amx(const uint8_t *blocks, size_t nblocks, size_t block_bytes,
 		const uint8_t *block = blocks + b * block_bytes;
 
 		for (s0 = 0; s0 < steps; s0 += ns) {
-			ns = steps - s0 < CHUNK_STEPS ? steps - s0 : CHUNK_STEPS;
+			ns = steps - s0 < chunk ? steps - s0 : chunk;
 			for (s = 0; s < ns; s++)
 				decode(block, (s0 + s) * fstep, nfields, planes,
 				    tr, low4, lv, lev[s]);
