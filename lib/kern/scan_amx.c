@@ -33,11 +33,12 @@
 /* Fields per tile product: the columns of A. */
 #define AMX_FIELDS 64u
 /*
- * Steps of AMX_FIELDS decoded at once (16 KiB of levels on the stack),
- * then multiplied by every group of queries: the decode, not the tile
- * products, was the kernel's cost (three quarters of it, hot), so it is
- * paid once per block for all the queries, not once per 16.  Between
- * chunks the sums go through acc.
+ * Most steps of AMX_FIELDS decoded at once (up to 32 KiB of levels on
+ * the stack, in L1), then multiplied by every group of queries: the
+ * decode, not the tile products, was the kernel's cost (three quarters
+ * of it, hot), so it is paid once per block for all the queries, not
+ * once per 16.  Between chunks the sums go through acc, so a block's
+ * steps go in as few chunks as this allows, of even length.
  */
 #define CHUNK_STEPS 16u
 
