@@ -132,16 +132,16 @@ scand_amx(const uint8_t *blocks, size_t nblocks, size_t block_bytes,
 	const __m512i low4 = _mm512_set1_epi8(0x0f);
 	const size_t cstride = acc_stride * sizeof(*acc);
 	const unsigned fstep = AMX_FIELDS / planes;
-	unsigned steps = (nfields + fstep - 1) / fstep;
-	/* The steps in even chunks of at most CHUNK_STEPS. */
-	unsigned chunk = (steps + (steps + CHUNK_STEPS - 1) / CHUNK_STEPS -
-	    1) / ((steps + CHUNK_STEPS - 1) / CHUNK_STEPS);
-	unsigned j, g, s, s0, ns, t, rows = 0;
+	const unsigned steps = (nfields + fstep - 1) / fstep;
+	/* The steps in nchunks even chunks of at most CHUNK_STEPS. */
+	const unsigned nchunks = (steps + CHUNK_STEPS - 1) / CHUNK_STEPS;
+	unsigned chunk, j, g, s, s0, ns, t, rows = 0;
 	__m512i lv[4];
 	size_t b;
 
 	if (steps == 0)
 		return;
+	chunk = (steps + nchunks - 1) / nchunks;
 	for (t = 0; t < planes; t++)
 		lv[t] = _mm512_broadcast_i32x4(_mm_loadu_si128(
 		    (const void *)(levels + 16 * t)));

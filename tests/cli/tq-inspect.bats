@@ -127,8 +127,11 @@ section_offset() { tq sections "$1" | awk -v t="$2" '$1 == t { print $2 }'; }
 	    amx_int8:amx-int8; do
 		[[ "$flags" == *" ${pair%%:*} "* ]] || continue
 		n=$((n + 1))
-		[[ "$have" == *" ${pair#*:} "* ]] ||
-		    { echo "cpuinfo has ${pair%%:*}, tq-inspect --cpu lacks ${pair#*:}"; show; false; }
+		[[ "$have" == *" ${pair#*:} "* ]] || {
+			echo "cpuinfo: ${pair%%:*}; tq-inspect --cpu: no ${pair#*:}"
+			show
+			false
+		}
 	done
 	[ "$n" -gt 0 ] || skip "no feature tq knows in /proc/cpuinfo"
 }
