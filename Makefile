@@ -60,7 +60,7 @@ LIB_SRC  = $(wildcard lib/*.c)
 KERN_SRC = lib/kern/scan_scalar.c lib/kern/dot_scalar.c lib/kern/dispatch.c
 KERN_ISA = $(wildcard lib/kern/scan_avx2.c lib/kern/scan_avx512.c \
            lib/kern/scan_amx.c lib/kern/dot_avx2.c lib/kern/dot_avx512.c \
-           lib/kern/near_bf16.c lib/kern/near_fma.c)
+           lib/kern/near_bf16.c lib/kern/near_fma.c lib/kern/near_amx.c)
 LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/%.o) $(KERN_SRC:%.c=$(BUILD)/%.o) $(KERN_ISA:%.c=$(BUILD)/%.o)
 PROGS    = tq-fit tq-encode tq-build tq-search tq-merge tq-recall tq-inspect tq-cat
 PROG_BIN = $(PROGS:%=$(BUILD)/bin/%)
@@ -106,7 +106,8 @@ $(BUILD)/lib/kern/near_fma.o: ALL_CFLAGS += -mavx2 -mfma
 $(BUILD)/lib/kern/scan_avx512.o $(BUILD)/lib/kern/dot_avx512.o: ALL_CFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512vbmi -mavx512vnni -mbmi2
 $(BUILD)/lib/kern/scan_amx.o: ALL_CFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512vbmi -mavx512vnni -mbmi2 -mamx-tile -mamx-int8
 $(BUILD)/lib/kern/near_bf16.o: ALL_CFLAGS += -mavx512f -mavx512bw -mavx512bf16
-$(BUILD)/lib/kern/dispatch.o: ALL_CFLAGS += $(if $(wildcard lib/kern/scan_avx2.c),-DTQ_HAVE_AVX2) $(if $(wildcard lib/kern/scan_avx512.c),-DTQ_HAVE_AVX512) $(if $(wildcard lib/kern/scan_amx.c),-DTQ_HAVE_AMX) $(if $(wildcard lib/kern/near_bf16.c),-DTQ_HAVE_BF16) $(if $(wildcard lib/kern/near_fma.c),-DTQ_HAVE_FMA)
+$(BUILD)/lib/kern/near_amx.o: ALL_CFLAGS += -mavx512f -mamx-tile -mamx-bf16
+$(BUILD)/lib/kern/dispatch.o: ALL_CFLAGS += $(if $(wildcard lib/kern/scan_avx2.c),-DTQ_HAVE_AVX2) $(if $(wildcard lib/kern/scan_avx512.c),-DTQ_HAVE_AVX512) $(if $(wildcard lib/kern/scan_amx.c),-DTQ_HAVE_AMX) $(if $(wildcard lib/kern/near_bf16.c),-DTQ_HAVE_BF16) $(if $(wildcard lib/kern/near_fma.c),-DTQ_HAVE_FMA) $(if $(wildcard lib/kern/near_amx.c),-DTQ_HAVE_AMXBF16)
 
 $(LIBA): $(LIB_OBJ)
 	@mkdir -p $(dir $@)

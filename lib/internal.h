@@ -1136,6 +1136,8 @@ void tq_bf16_row_avx512(const float *x, uint32_t dim, uint32_t *out,
     double *rn, double *dn);
 void tq_bf16_gemm_avx512(const uint32_t *x, size_t m, const void *cent,
     uint32_t nl, uint32_t k2, float *s, size_t lds);
+void tq_bf16_gemm_amx(const uint32_t *x, size_t m, const void *cent,
+    uint32_t nl, uint32_t k2, float *s, size_t lds);
 void tq_bf16_gemv_avx512(const uint32_t *x, const void *cent, uint32_t nl,
     uint32_t k2, float *s);
 /* The same row and one-row products without AVX512_BF16 (near_fma.c). */

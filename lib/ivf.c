@@ -118,7 +118,10 @@ tq_bf16_place(uint32_t *blocks, uint32_t k2, size_t o, const uint32_t *row)
 const char *
 tq_list_filter_name(void)
 {
-	return tq_bf16_kernel() != NULL ? "bf16" : "sgemm";
+	const struct tq_bf16_kernel *b = tq_bf16_kernel();
+
+	return b == NULL ? "sgemm" : b->gemm == tq_bf16_gemm_amx ? "bf16-amx" :
+	    "bf16";
 }
 
 const char *

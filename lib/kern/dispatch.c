@@ -27,6 +27,8 @@
  * products (near_bf16.c, TQ_HAVE_BF16), offered by tq_bf16_kernel to a
  * CPU with AVX512_BF16 when the chosen level is AVX-512 or AMX.  Its sums
  * are not the fixed order's; they only filter, within a bound (ivf.c).
+ * At the AMX level a CPU with AMX-BF16 gets its many-row products on
+ * tiles (near_amx.c, TQ_HAVE_AMXBF16), under the same bound.
  * For one row at a time a CPU without it has near_fma.c's (TQ_HAVE_FMA,
  * tq_bf16_single_kernel) from the AVX2 level up.
  */
@@ -64,7 +66,9 @@ enum {
 	F_AVX512DQ = 1u << 12,
 	F_AVX512CD = 1u << 13,
 	/* The IVF list filter's bf16 products (near_bf16.c). */
-	F_AVX512BF16 = 1u << 14
+	F_AVX512BF16 = 1u << 14,
+	/* Its many-row products on tiles (near_amx.c). */
+	F_AMXBF16 = 1u << 15	/* AMX-BF16, with F_AMX's state and permission */
 };
 
 static const struct {
@@ -86,6 +90,7 @@ static const struct {
 	{ F_AVX512VNNI, "avx512vnni" },
 	{ F_AVX512BF16, "avx512bf16" },
 	{ F_AMX, "amx-int8" },
+	{ F_AMXBF16, "amx-bf16" },
 };
 
 /*
@@ -245,8 +250,11 @@ detect(void)
 		    &d) && (a & (1u << 5)))
 			have |= F_AVX512BF16;
 		if (amx_state && (d7 & (3u << 24)) == (3u << 24) &&
-		    amx_permit())
+		    amx_permit()) {
 			have |= F_AMX;
+			if (d7 & (1u << 22))
+				have |= F_AMXBF16;
+		}
 	}
 	return have;
 }
@@ -326,8 +334,20 @@ tq_bf16_kernel(void)
 	    tq_bf16_gemm_avx512, tq_bf16_gemv_avx512 };
 
 	/* Under a cap below AVX-512 (TQ_ISA), none. */
-	if ((cpu_have & F_AVX512BF16) && !bf16_off && !fma_only &&
-	    (strcmp(name, "avx512") == 0 || strcmp(name, "amx") == 0))
+	if (!(cpu_have & F_AVX512BF16) || bf16_off || fma_only)
+		return NULL;
+#ifdef TQ_HAVE_AMXBF16
+	{
+		/* Many rows on tiles where the AMX level runs. */
+		static const struct tq_bf16_kernel amx = {
+		    tq_bf16_row_avx512, tq_bf16_gemm_amx,
+		    tq_bf16_gemv_avx512 };
+
+		if ((cpu_have & F_AMXBF16) && strcmp(name, "amx") == 0)
+			return &amx;
+	}
+#endif
+	if (strcmp(name, "avx512") == 0 || strcmp(name, "amx") == 0)
 		return &avx512;
 #endif
 	(void)name;

@@ -124,7 +124,7 @@ section_offset() { tq sections "$1" | awk -v t="$2" '$1 == t { print $2 }'; }
 	    bmi2:bmi2 avx512f:avx512f avx512dq:avx512dq avx512cd:avx512cd \
 	    avx512bw:avx512bw avx512vl:avx512vl avx512vbmi:avx512vbmi \
 	    avx512_vnni:avx512vnni avx512_bf16:avx512bf16 \
-	    amx_int8:amx-int8; do
+	    amx_int8:amx-int8 amx_bf16:amx-bf16; do
 		[[ "$flags" == *" ${pair%%:*} "* ]] || continue
 		n=$((n + 1))
 		[[ "$have" == *" ${pair#*:} "* ]] || {

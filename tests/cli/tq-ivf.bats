@@ -190,11 +190,12 @@ print([s["offset"] for s in d["sections"] if s["tag"] == "LIST"][0])')
 
 @test "80 lists: the bf16 list filter (where the CPU has it) gives sgemm's bytes" {
 	# 64 lists or more take the bf16 filter at kernel level avx512 and
-	# amx on a CPU with AVX512_BF16 (tq-inspect --cpu: list-filter), and
-	# sgemm's below; every choice must be the same.  Rows with copies
-	# (--dups 2) choose two lists each (sgemm filters those), the others
-	# one; cosine normalises first.
-	for isa in avx2 avx512; do
+	# amx on a CPU with AVX512_BF16 (tq-inspect --cpu: list-filter), its
+	# tile products at amx on a CPU with AMX-BF16 (bf16-amx), and sgemm's
+	# below; every choice must be the same.  Rows with copies (--dups 2)
+	# choose two lists each (sgemm filters those), the others one; cosine
+	# normalises first.
+	for isa in avx2 avx512 amx; do
 		TQ_ISA=$isa "$TQ_BIN/tq-fit" -i "$F/c.bin" --lists 80 -o $isa.tqq
 		TQ_ISA=$isa "$TQ_BIN/tq-build" -q avx2.tqq --dups 2 \
 		    -o $isa.tqi "$F/c.bin"
@@ -210,6 +211,9 @@ print([s["offset"] for s in d["sections"] if s["tag"] == "LIST"][0])')
 	cmp avx2-cos.tqq avx512-cos.tqq
 	cmp avx2-cos.tqi avx512-cos.tqi
 	cmp avx2-1.tqi avx512-1.tqi
+	for f in .tqq .tqi -cos.tqq -cos.tqi -1.tqi; do
+		cmp avx2$f amx$f
+	done
 	# The filter alone turned off, the scan kernel left as it is.
 	TQ_LIST_FILTER=sgemm "$TQ_BIN/tq-fit" -i "$F/c.bin" --lists 80 -o off.tqq
 	TQ_LIST_FILTER=sgemm "$TQ_BIN/tq-build" -q avx2.tqq -o off.tqi "$F/c.bin"

@@ -1355,19 +1355,27 @@ test_bf16_gemm_sizes(void)
 {
 	static const uint32_t dims[] = { 1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32,
 	    33, 64, 65, 100, 385 };
-	/* AVX512_BF16's (gemm and gemv), and AVX2 FMA's (gemv). */
-	const struct tq_bf16_kernel *gs[2] = { tq_bf16_kernel(),
-	    tq_bf16_fma_kernel() };
+	/*
+	 * The chosen filter (AMX-BF16's gemm or AVX512_BF16's, and the
+	 * latter's gemv), AVX2 FMA's (gemv), and where the chosen gemm is
+	 * AMX's, AVX512_BF16's too.
+	 */
+	static const struct tq_bf16_kernel avx512 = { tq_bf16_row_avx512,
+	    tq_bf16_gemm_avx512, tq_bf16_gemv_avx512 };
+	const struct tq_bf16_kernel *gs[3] = { tq_bf16_kernel(),
+	    tq_bf16_fma_kernel(), NULL };
 	int ok = 1;
 
-	for (int gi = 0; gi < 2; gi++) {
+	if (gs[0] != NULL && gs[0]->gemm != tq_bf16_gemm_avx512)
+		gs[2] = &avx512;
+	for (int gi = 0; gi < 3; gi++) {
 	const struct tq_bf16_kernel *g = gs[gi];
 
 	if (g == NULL)
 		continue;
 	for (size_t di = 0; di < sizeof(dims) / sizeof(dims[0]); di++)
 		for (uint32_t nl = 64; nl <= 192; nl += 128)
-			for (uint32_t m = 6; m <= 18; m += 12) {
+			for (uint32_t m = 6; m <= 30; m += 12) {
 				uint32_t dim = dims[di], k2 = (dim + 1) / 2;
 				uint32_t *xb = calloc((size_t)m * k2, 4), *cb;
 				float *s = malloc(((size_t)m * nl + 16) * 4);
