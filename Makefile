@@ -107,6 +107,7 @@ $(BUILD)/lib/kern/scan_avx512.o $(BUILD)/lib/kern/dot_avx512.o: ALL_CFLAGS += -m
 $(BUILD)/lib/kern/scan_amx.o: ALL_CFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512vbmi -mavx512vnni -mbmi2 -mamx-tile -mamx-int8
 $(BUILD)/lib/kern/near_bf16.o: ALL_CFLAGS += -mavx512f -mavx512bw -mavx512bf16
 $(BUILD)/lib/kern/near_amx.o: ALL_CFLAGS += -mavx512f -mamx-tile -mamx-bf16
+$(BUILD)/lib/kern/scan_amx.o $(BUILD)/lib/kern/near_amx.o: lib/kern/amx.h
 $(BUILD)/lib/kern/dispatch.o: ALL_CFLAGS += $(if $(wildcard lib/kern/scan_avx2.c),-DTQ_HAVE_AVX2) $(if $(wildcard lib/kern/scan_avx512.c),-DTQ_HAVE_AVX512) $(if $(wildcard lib/kern/scan_amx.c),-DTQ_HAVE_AMX) $(if $(wildcard lib/kern/near_bf16.c),-DTQ_HAVE_BF16) $(if $(wildcard lib/kern/near_fma.c),-DTQ_HAVE_FMA) $(if $(wildcard lib/kern/near_amx.c),-DTQ_HAVE_AMXBF16)
 
 $(LIBA): $(LIB_OBJ)

@@ -26,30 +26,21 @@
  * so it changes only between groups).
  */
 #include <immintrin.h>
-#include <string.h>
 
 #include "internal.h"
+#include "amx.h"
 
 #define ROWS 16u	/* rows a tile */
 #define PAIRS 16u	/* pairs a tile product */
-
-struct tilecfg {
-	uint8_t palette;
-	uint8_t start_row;
-	uint8_t reserved[14];
-	uint16_t colsb[16];
-	uint8_t rows[16];
-};
 
 /* Tiles for mr rows (1 .. ROWS) and a tail of rem pairs (0 .. 15). */
 static void
 configure(unsigned mr, unsigned rem)
 {
-	struct tilecfg cfg;
+	struct tq_tilecfg cfg;
 	unsigned t;
 
-	memset(&cfg, 0, sizeof(cfg));
-	cfg.palette = 1;
+	tq_tilecfg_init(&cfg);
 	for (t = 0; t < 4; t++) {
 		cfg.colsb[t] = 64;
 		cfg.rows[t] = (uint8_t)mr;
@@ -64,10 +55,25 @@ configure(unsigned mr, unsigned rem)
 		cfg.colsb[7] = 64;
 		cfg.rows[7] = (uint8_t)rem;
 	}
-	/* All 64 bytes are read (see scan_amx.c: gcc dropped the memset). */
-	__asm__ volatile("" : : "r"(&cfg) : "memory");
-	_tile_loadconfig(&cfg);
+	tq_tilecfg_load(&cfg);
 }
+
+/*
+ * Pairs k .. of the rows (tile a) by the 4 blocks of the panel (tile b,
+ * loaded in turn) into the sums, tiles 0..3.  The tile numbers must be
+ * constants, hence a macro.
+ */
+#define PRODUCTS(a, b, k) do {						\
+	_tile_loadd(a, x + (k), xs);					\
+	_tile_loadd(b, cp + (k), 64);					\
+	_tile_dpbf16ps(0, a, b);					\
+	_tile_loadd(b, cp + k2 + (k), 64);				\
+	_tile_dpbf16ps(1, a, b);					\
+	_tile_loadd(b, cp + 2 * (size_t)k2 + (k), 64);			\
+	_tile_dpbf16ps(2, a, b);					\
+	_tile_loadd(b, cp + 3 * (size_t)k2 + (k), 64);			\
+	_tile_dpbf16ps(3, a, b);					\
+} while (0)
 
 /* The 64 lists of cp (4 blocks of k2 vectors) for mr rows from x. */
 static inline __attribute__((always_inline)) void
@@ -82,28 +88,10 @@ panel(const uint32_t *x, const __m512i *cp, uint32_t k2, unsigned rem,
 	_tile_zero(1);
 	_tile_zero(2);
 	_tile_zero(3);
-	for (k = 0; k < kf; k += PAIRS) {
-		_tile_loadd(4, x + k, xs);
-		_tile_loadd(5, cp + k, 64);
-		_tile_dpbf16ps(0, 4, 5);
-		_tile_loadd(5, cp + k2 + k, 64);
-		_tile_dpbf16ps(1, 4, 5);
-		_tile_loadd(5, cp + 2 * (size_t)k2 + k, 64);
-		_tile_dpbf16ps(2, 4, 5);
-		_tile_loadd(5, cp + 3 * (size_t)k2 + k, 64);
-		_tile_dpbf16ps(3, 4, 5);
-	}
-	if (rem != 0) {
-		_tile_loadd(6, x + kf, xs);
-		_tile_loadd(7, cp + kf, 64);
-		_tile_dpbf16ps(0, 6, 7);
-		_tile_loadd(7, cp + k2 + kf, 64);
-		_tile_dpbf16ps(1, 6, 7);
-		_tile_loadd(7, cp + 2 * (size_t)k2 + kf, 64);
-		_tile_dpbf16ps(2, 6, 7);
-		_tile_loadd(7, cp + 3 * (size_t)k2 + kf, 64);
-		_tile_dpbf16ps(3, 6, 7);
-	}
+	for (k = 0; k < kf; k += PAIRS)
+		PRODUCTS(4, 5, k);
+	if (rem != 0)
+		PRODUCTS(6, 7, kf);
 	_tile_stored(0, s, ss);
 	_tile_stored(1, s + 16, ss);
 	_tile_stored(2, s + 32, ss);

@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "amx.h"
 
 /* Queries per tile: the rows of A and of the sums. */
 #define AMX_QUERIES 16u
@@ -42,15 +43,6 @@
  */
 #define CHUNK_STEPS 16u
 
-/* The tile configuration: palette 1, 16 tiles' bytes per row and rows. */
-struct tilecfg {
-	uint8_t palette;
-	uint8_t start_row;
-	uint8_t reserved[14];
-	uint16_t colsb[16];
-	uint8_t rows[16];
-};
-
 /*
  * Tiles 0 and 1: the sums of vectors 0..15 and 16..31, a row per query;
  * 2 and 7: queries (even and odd steps); 3, 4 and 5, 6: the levels of
@@ -59,22 +51,15 @@ struct tilecfg {
 static void
 configure(unsigned nq)
 {
-	struct tilecfg cfg;
+	struct tq_tilecfg cfg;
 	unsigned t;
 
-	memset(&cfg, 0, sizeof(cfg));
-	cfg.palette = 1;
+	tq_tilecfg_init(&cfg);
 	for (t = 0; t < 8; t++) {
 		cfg.colsb[t] = 64;
 		cfg.rows[t] = t <= 2 || t == 7 ? (uint8_t)nq : 16;
 	}
-	/*
-	 * gcc 12 does not count ldtilecfg as a reader of all 64 bytes and
-	 * dropped the memset of tiles 8..15: their stack garbage made
-	 * ldtilecfg fault (SIGSEGV, now and then, as the stack held).
-	 */
-	__asm__ volatile("" : : "r"(&cfg) : "memory");
-	_tile_loadconfig(&cfg);
+	tq_tilecfg_load(&cfg);
 }
 
 /*
