@@ -1131,6 +1131,8 @@ struct tq_bf16_kernel {
 	    uint32_t nl, uint32_t k2, float *s, size_t lds);
 	void (*gemv)(const uint32_t *x, const void *cent, uint32_t nl,
 	    uint32_t k2, float *s);
+	/* What tq-inspect --cpu calls its many-row filter (list-filter). */
+	const char *name;
 };
 void tq_bf16_row_avx512(const float *x, uint32_t dim, uint32_t *out,
     double *rn, double *dn);

@@ -120,8 +120,7 @@ tq_list_filter_name(void)
 {
 	const struct tq_bf16_kernel *b = tq_bf16_kernel();
 
-	return b == NULL ? "sgemm" : b->gemm == tq_bf16_gemm_amx ? "bf16-amx" :
-	    "bf16";
+	return b == NULL ? "sgemm" : b->name;
 }
 
 const char *

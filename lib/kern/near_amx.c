@@ -41,12 +41,10 @@ configure(unsigned mr, unsigned rem)
 	unsigned t;
 
 	tq_tilecfg_init(&cfg);
-	for (t = 0; t < 4; t++) {
+	for (t = 0; t < 5; t++) {	/* the sums and the rows */
 		cfg.colsb[t] = 64;
 		cfg.rows[t] = (uint8_t)mr;
 	}
-	cfg.colsb[4] = 64;
-	cfg.rows[4] = (uint8_t)mr;
 	cfg.colsb[5] = 64;
 	cfg.rows[5] = PAIRS;
 	if (rem != 0) {

@@ -1361,7 +1361,7 @@ test_bf16_gemm_sizes(void)
 	 * AMX's, AVX512_BF16's too.
 	 */
 	static const struct tq_bf16_kernel avx512 = { tq_bf16_row_avx512,
-	    tq_bf16_gemm_avx512, tq_bf16_gemv_avx512 };
+	    tq_bf16_gemm_avx512, tq_bf16_gemv_avx512, "bf16" };
 	const struct tq_bf16_kernel *gs[3] = { tq_bf16_kernel(),
 	    tq_bf16_fma_kernel(), NULL };
 	int ok = 1;
