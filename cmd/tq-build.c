@@ -9,7 +9,7 @@
 
 static const char usage_str[] =
     "tq-build [-q quantizer | [-b bits] [-m metric] [-s seed] [--no-centre]\n"
-    "                [--lists n|auto]] [--ids file] [--labels file|auto]\n"
+    "                [--lists n|auto [--residual]]] [--ids file] [--labels file|auto]\n"
     "                [--originals f32|f16|none] [--factors f16|f32]\n"
     "                [--threads n] [--memory MiB] [--dups m] [--dup-ratio r]\n"
     "                [--calibrate queries | --no-calibrate] [--calibrate-sample n]\n"
@@ -55,6 +55,8 @@ static const char help_str[] =
     "                        how to store the originals for re-rank (default f32)\n"
     "  -q quantizer          encode with this quantizer (or an index's)\n"
     "      --recalibrate     measure the calibration of index again\n"
+    "      --residual        when fitting lists, encode each vector about its\n"
+    "                        list's centroid\n"
     "      --replace         append: replace live rows with the same ids\n"
     "  -s seed               the rotation seed when fitting (default 42)\n"
     "      --shard i/n       build only shard i of n of the corpus; needs -q\n"
@@ -64,7 +66,7 @@ static const char help_str[] =
 
 enum { OPT_APPEND = 256, OPT_CALIBRATE, OPT_CALIBRATE_SAMPLE, OPT_NO_CALIBRATE,
     OPT_RECALIBRATE, OPT_COMPACT, OPT_DATASET, OPT_DELETE, OPT_DUP_RATIO,
-    OPT_DUPS, OPT_FACTORS, OPT_IDS, OPT_LABELS, OPT_LISTS, OPT_MAX_SEGMENTS, OPT_MEMORY, OPT_NO_CENTRE,
+    OPT_DUPS, OPT_FACTORS, OPT_IDS, OPT_LABELS, OPT_LISTS, OPT_MAX_SEGMENTS, OPT_MEMORY, OPT_NO_CENTRE, OPT_RESIDUAL,
     OPT_NO_WAIT, OPT_ORIGINALS, OPT_REPLACE, OPT_SHARD, OPT_THREADS };
 
 static const struct option longopts[] = {
@@ -85,6 +87,7 @@ static const struct option longopts[] = {
 	{ "memory",	required_argument,	NULL, OPT_MEMORY },
 	{ "no-calibrate", no_argument,		NULL, OPT_NO_CALIBRATE },
 	{ "no-centre",	no_argument,		NULL, OPT_NO_CENTRE },
+	{ "residual",	no_argument,		NULL, OPT_RESIDUAL },
 	{ "no-wait",	no_argument,		NULL, OPT_NO_WAIT },
 	{ "originals",	required_argument,	NULL, OPT_ORIGINALS },
 	{ "recalibrate", no_argument,		NULL, OPT_RECALIBRATE },
@@ -581,6 +584,10 @@ main(int argc, char *argv[])
 			centre = 0;
 			fitopt = 1;
 			break;
+		case OPT_RESIDUAL:
+			fp.residual = 1;
+			fitopt = 1;
+			break;
 		case OPT_ORIGINALS:
 			origopt = 1;
 			if (strcmp(optarg, "f32") == 0)
@@ -644,7 +651,8 @@ main(int argc, char *argv[])
 		if (qpath != NULL || fitopt || origopt || dupopt)
 			usage_error("--%s keeps the index's quantizer, "
 			    "originals and copies: no -q, -b, -m, -s, "
-			    "--no-centre, --lists, --originals, --dups or "
+			    "--no-centre, --lists, --residual, --originals, "
+			    "--dups or "
 			    "--dup-ratio", mode == OPT_APPEND ? "append" :
 			    mode == OPT_DELETE ? "delete" : "compact");
 		if (mode != OPT_APPEND && idspath != NULL)
@@ -659,9 +667,11 @@ main(int argc, char *argv[])
 		free(cal.q);
 		return rc;
 	}
+	if (fp.residual && fp.lists == 0)
+		usage_error("--residual needs --lists");
 	if (qpath != NULL && fitopt)
-		usage_error("-q cannot be used with -b, -m, -s, --no-centre or "
-		    "--lists");
+		usage_error("-q cannot be used with -b, -m, -s, --no-centre, "
+		    "--lists or --residual");
 	if (out == NULL)
 		usage_error("-o is required");
 	if (argc < 1)
@@ -685,6 +695,10 @@ main(int argc, char *argv[])
 		q = fit(&fp, corpus, dataset, tq_reader_dim(r), centre);
 	if (bp.dups > 1 && tq_quantizer_lists(q) == 0)
 		die("%s: --dups needs a quantizer with lists (tq-fit --lists)",
+		    qpath != NULL ? qpath : in_name(corpus));
+	if (bp.dups > 1 && tq_quantizer_residual(q))
+		die("%s: --dups needs codes about the centre; the quantizer's "
+		    "are residual (tq-fit --residual)",
 		    qpath != NULL ? qpath : in_name(corpus));
 	if (bp.dups > 1 && bp.dups > tq_quantizer_lists(q))
 		die("%s: --dups %u is more than the %u lists",

@@ -266,6 +266,10 @@ main(int argc, char *argv[])
 
 	if ((st = tq_quantizer_load(qpath, &q)) != TQ_OK)
 		die_status(st, qpath);
+	if (tq_quantizer_residual(q))
+		die("%s: residual codes (each vector's about its list's "
+		    "centroid): only tq-build encodes with this quantizer",
+		    qpath);
 	if (dec)
 		decode(q, in, out, fmt);
 	else

@@ -10,7 +10,8 @@ static const char usage_str[] =
     "tq-fit [-b bits] [-m metric] [-s seed] [--dataset name] [--no-centre]\n"
     "              [--rotation auto|dense|structured] [--rotation-block n]\n"
     "              [--sample n] [--scale-search]\n"
-    "              [--lists n|auto] [--train n] [--iterations n] [--threads n]\n"
+    "              [--lists n|auto [--residual]] [--train n] [--iterations n]\n"
+    "              [--threads n]\n"
     "              (-d dim | -i corpus) -o quantizer";
 
 static const char help_str[] =
@@ -24,6 +25,8 @@ static const char help_str[] =
     "      --lists n|auto    fit n coarse lists for IVF indexes; needs -i\n"
     "      --no-centre       store a zero centre even with -i\n"
     "  -o quantizer          the file to write\n"
+    "      --residual        with --lists: indexes encode each vector about its\n"
+    "                        list's centroid instead of the centre\n"
     "      --rotation auto|dense|structured\n"
     "                        the kind of rotation (default auto)\n"
     "      --rotation-block n  structured rotation, blocks about n wide (1-256)\n"
@@ -36,7 +39,7 @@ static const char help_str[] =
 
 enum { OPT_DATASET = 256, OPT_ITERATIONS, OPT_LISTS, OPT_NO_CENTRE,
     OPT_ROTATION, OPT_ROTATION_BLOCK, OPT_SAMPLE, OPT_SCALE_SEARCH,
-    OPT_THREADS, OPT_TRAIN };
+    OPT_THREADS, OPT_TRAIN, OPT_RESIDUAL };
 
 static const struct option longopts[] = {
 	{ "dataset",		required_argument,	NULL, OPT_DATASET },
@@ -44,6 +47,7 @@ static const struct option longopts[] = {
 	{ "iterations",		required_argument,	NULL, OPT_ITERATIONS },
 	{ "lists",		required_argument,	NULL, OPT_LISTS },
 	{ "no-centre",		no_argument,		NULL, OPT_NO_CENTRE },
+	{ "residual",		no_argument,		NULL, OPT_RESIDUAL },
 	{ "rotation",		required_argument,	NULL, OPT_ROTATION },
 	{ "rotation-block",	required_argument,	NULL,
 	    OPT_ROTATION_BLOCK },
@@ -106,6 +110,9 @@ main(int argc, char *argv[])
 		case OPT_NO_CENTRE:
 			p.no_centre = 1;
 			break;
+		case OPT_RESIDUAL:
+			p.residual = 1;
+			break;
 		case OPT_ROTATION:
 			p.rotation = parse_rotation(optarg);
 			break;
@@ -140,6 +147,8 @@ main(int argc, char *argv[])
 		usage_error("-o is required");
 	if (p.lists != 0 && corpus == NULL)
 		usage_error("--lists needs -i corpus to fit them");
+	if (p.residual && p.lists == 0)
+		usage_error("--residual needs --lists");
 	if (p.rotation_block != 0 && p.rotation == TQ_ROT_DENSE)
 		usage_error("--rotation-block needs a structured rotation");
 

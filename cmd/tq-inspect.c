@@ -169,6 +169,8 @@ print_text(const struct tq_file_info *fi, int verified)
 	printf("scale-search %s\n", fi->scale_search ? "yes" : "no");
 	if (fi->lists > 0)
 		printf("lists %u\n", (unsigned)fi->lists);
+	if (fi->residual)
+		printf("residual yes\n");
 	if (fi->kind == TQ_FILE_INDEX) {
 		printf("vectors %llu\n", (unsigned long long)fi->count);
 		printf("segments %u\n", (unsigned)fi->segments);
@@ -214,12 +216,13 @@ print_json(const char *path, const struct tq_file_info *fi, int verified)
 	json_string(stdout, path);
 	printf(",\"kind\":\"%s\",\"version\":%u,\"size\":%llu,\"dim\":%u,"
 	    "\"bits\":%u,\"metric\":\"%s\",\"seed\":%llu,\"rotation\":\"%s\","
-	    "\"centred\":%s,\"scale_search\":%s",
+	    "\"centred\":%s,\"scale_search\":%s,\"residual\":%s",
 	    kind_name(fi->kind), fi->version,
 	    (unsigned long long)fi->file_size, fi->dim, fi->bits,
 	    tq_metric_name(fi->metric), (unsigned long long)fi->seed,
 	    rotation_name(fi->rotation), fi->centred ? "true" : "false",
-	    fi->scale_search ? "true" : "false");
+	    fi->scale_search ? "true" : "false",
+	    fi->residual ? "true" : "false");
 	if (fi->rotation == TQ_ROT_STRUCTURED)
 		printf(",\"rotation_blocks\":%u,\"rotation_rounds\":%u",
 		    (unsigned)fi->rotation_blocks,

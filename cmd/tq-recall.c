@@ -26,11 +26,11 @@ static const char usage_str[] =
     "[-m metric]\n"
     "                 [-s seed] [-k k] [--oversample list] [--threads n] "
     "[--no-centre]\n"
-    "                 [--lists n|auto] [--probes list] "
-    "[--sweep param=list] [--recall list]\n"
-    "                 [--queries-limit n] [--json] [--plot file] "
-    "[--peers file]\n"
-    "                 [--title text]\n"
+    "                 [--lists n|auto [--residual]] [--probes list] "
+    "[--sweep param=list]\n"
+    "                 [--recall list] [--queries-limit n] [--json] "
+    "[--plot file]\n"
+    "                 [--peers file] [--title text]\n"
     "       tq-recall --plot file --peers file [-k k] [--title text]";
 
 static const char help_str[] =
@@ -52,7 +52,7 @@ static const char help_str[] =
     "      --probes list     probes values to evaluate; needs --lists\n"
     "      --queries file    the queries of an evaluation\n"
     "      --queries-limit n  use only the first n queries (default all)\n"
-    "      --recall list     evaluate tq-search --recall at these targets\n"
+    "      --recall list     evaluate tq-search --recall at these targets\n"    "      --residual        with --lists: residual codes (tq-fit --residual)\n"
     "  -s seed               rotation seed of the evaluated quantizer (default 42)\n"
     "      --sweep param=list  evaluate probes=list or oversample=list\n"
     "      --threads n       threads for brute force and searches (default 0: all)\n"
@@ -62,8 +62,8 @@ static const char help_str[] =
 
 enum { OPT_CORPUS = 256, OPT_DATASET, OPT_HDF5, OPT_JSON, OPT_LISTS,
     OPT_NO_CENTRE, OPT_OVERSAMPLE, OPT_PEERS, OPT_PLOT, OPT_PROBES,
-    OPT_QUERIES, OPT_QUERIES_LIMIT, OPT_RECALL, OPT_SWEEP, OPT_THREADS, OPT_TITLE,
-    OPT_TRUTH };
+    OPT_QUERIES, OPT_QUERIES_LIMIT, OPT_RECALL, OPT_RESIDUAL, OPT_SWEEP,
+    OPT_THREADS, OPT_TITLE, OPT_TRUTH };
 
 static const struct option longopts[] = {
 	{ "corpus",		required_argument,	NULL, OPT_CORPUS },
@@ -73,6 +73,7 @@ static const struct option longopts[] = {
 	{ "json",		no_argument,		NULL, OPT_JSON },
 	{ "lists",		required_argument,	NULL, OPT_LISTS },
 	{ "no-centre",		no_argument,		NULL, OPT_NO_CENTRE },
+	{ "residual",		no_argument,		NULL, OPT_RESIDUAL },
 	{ "oversample",		required_argument,	NULL, OPT_OVERSAMPLE },
 	{ "peers",		required_argument,	NULL, OPT_PEERS },
 	{ "plot",		required_argument,	NULL, OPT_PLOT },
@@ -99,7 +100,7 @@ struct opts {
 	const char *set[32];	/* options given, for the mode checks */
 	int nset;
 	enum tq_metric metric;
-	int metric_set, centre, json;
+	int metric_set, centre, json, residual;
 	unsigned bits[MAX_BITS], threads;
 	int nbits;
 	uint64_t seed, qlimit;
@@ -717,6 +718,7 @@ build_index(const struct opts *o, const char *corpus, enum tq_metric metric,
 	fp.dim = dim;
 	fp.lists = o->lists;
 	fp.no_centre = !o->centre;
+	fp.residual = o->residual;
 	fp.bits = bits;
 	fp.metric = metric;
 	fp.seed = o->seed;
@@ -770,14 +772,16 @@ report(const struct opts *o, const char *corpus, enum tq_metric metric,
 		printf("{\"dataset\":");
 		json_string(stdout, base_name(corpus));
 		printf(",\"n\":%llu,\"dim\":%u,\"metric\":\"%s\",\"bits\":%u,"
-		    "\"seed\":%llu,\"centred\":%s,\"queries\":%zu,\"k\":%u,"
+		    "\"seed\":%llu,\"centred\":%s,\"residual\":%s,"
+		    "\"queries\":%zu,\"k\":%u,"
 		    "\"truth\":\"%s\",\"build_seconds\":%.3f,"
 		    "\"bytes_per_vector\":%.1f,"
 		    "\"original_bytes_per_vector\":%.1f,\"lists\":%u,"
 		    "\"runs\":[",
 		    (unsigned long long)fi->count, dim, tq_metric_name(metric),
 		    bits, (unsigned long long)o->seed,
-		    o->centre ? "true" : "false", nq, k, truthsrc, build_s,
+		    o->centre ? "true" : "false",
+		    o->residual ? "true" : "false", nq, k, truthsrc, build_s,
 		    fi->bytes_per_vector, fi->original_bytes_per_vector,
 		    (unsigned)fi->lists);
 		for (i = 0; i < nruns; i++) {
@@ -817,10 +821,11 @@ report(const struct opts *o, const char *corpus, enum tq_metric metric,
 		    ru.ru_maxrss, tq_kernel_name());
 		return;
 	}
-	printf("%s: %llu x %u %s, %zu queries, %u-bit, %s\n",
+	printf("%s: %llu x %u %s, %zu queries, %u-bit, %s%s\n",
 	    base_name(corpus), (unsigned long long)fi->count, dim,
 	    tq_metric_name(metric), nq, bits,
-	    o->centre ? "centred" : "not centred");
+	    o->centre ? "centred" : "not centred",
+	    o->residual ? ", residual" : "");
 	printf("build %.1f s, %.1f bytes/vector (+%.0f originals), "
 	    "truth %s, k %u", build_s, fi->bytes_per_vector,
 	    fi->original_bytes_per_vector, truthsrc, k);
@@ -1226,6 +1231,10 @@ main(int argc, char *argv[])
 			o.centre = 0;
 			given(&o, "--no-centre");
 			break;
+		case OPT_RESIDUAL:
+			o.residual = 1;
+			given(&o, "--residual");
+			break;
 		case OPT_OVERSAMPLE:
 			parse_over_list(&o, optarg);
 			given(&o, "--oversample");
@@ -1286,7 +1295,7 @@ main(int argc, char *argv[])
 	} else if (o.hdf5 != NULL || o.corpus != NULL || o.queries != NULL) {
 		only(&o, " -b -m -s -k --oversample --threads --no-centre "
 		    "--queries-limit --json --hdf5 --corpus --queries --lists "
-		    "--probes --plot --peers --title --recall ",
+		    "--residual --probes --plot --peers --title --recall ",
 		    "to an evaluation");
 		if (o.ntarget > 0 && (has(&o, "--oversample") ||
 		    has(&o, "--probes") || o.plot != NULL))
@@ -1299,6 +1308,8 @@ main(int argc, char *argv[])
 			    "--peers" : "--title");
 		if (o.nprobes > 0 && o.probes[0] != 0 && o.lists == 0)
 			usage_error("--probes needs --lists");
+		if (o.residual && o.lists == 0)
+			usage_error("--residual needs --lists");
 		if (o.hdf5 != NULL && (o.corpus != NULL || o.queries != NULL))
 			usage_error("--hdf5 cannot be used with --corpus or "
 			    "--queries");

@@ -207,11 +207,14 @@ tq_f16_up(float x)
 
 /*
  * row0 only numbers the rows in failure details; rho, if not NULL,
- * receives each row's rho (see the top) as f16 bits.
+ * receives each row's rho (see the top) as f16 bits.  el, if not NULL,
+ * gives each row's list: the row is encoded about that list's centroid
+ * instead of the centre (residual codes), el->rcent its rotation.
  */
 static enum tq_status
 encode_rows(const struct tq_quantizer *q, const float *x, size_t n,
-    size_t row0, uint8_t *codes, float *factors, uint16_t *rho)
+    size_t row0, const struct tq_enc_lists *el, uint8_t *codes,
+    float *factors, uint16_t *rho)
 {
 	size_t d = q->dim, B = enc_batch(q->dim), s0, i, j;
 	unsigned L = q->nlevels, K = L / 2;
@@ -243,6 +246,8 @@ encode_rows(const struct tq_quantizer *q, const float *x, size_t n,
 
 		for (i = 0; i < m; i++) {
 			const float *xi = x + (s0 + i) * d;
+			const float *cen = el != NULL ? q->ivf.cent +
+			    (size_t)el->list[s0 + i] * d : q->centre;
 			float *r = rb + i * d;
 			double scale = 1, x2 = 0, r2 = 0, cr = 0;
 
@@ -263,10 +268,10 @@ encode_rows(const struct tq_quantizer *q, const float *x, size_t n,
 				float xv = q->metric == TQ_METRIC_COSINE ?
 				    (float)(xi[j] * scale) : xi[j];
 
-				r[j] = xv - q->centre[j];
+				r[j] = xv - cen[j];
 				x2 += (double)xv * xv;
 				r2 += (double)r[j] * r[j];
-				cr += (double)q->centre[j] * r[j];
+				cr += (double)cen[j] * r[j];
 			}
 			meta[3 * i] = sqrt(r2);
 			meta[3 * i + 1] = cr;
@@ -277,6 +282,8 @@ encode_rows(const struct tq_quantizer *q, const float *x, size_t n,
 			uint8_t *c = codes + (s0 + i) * d;
 			float *f = factors + (s0 + i) * TQ_NFACTORS;
 			const float *ur = ub + i * d;
+			const float *rc = el != NULL ? el->rcent +
+			    (size_t)el->list[s0 + i] * d : q->rcentre;
 			double rn = meta[3 * i], inv, dot = 0, ryc = 0, s;
 			double yy = 0;
 
@@ -300,7 +307,7 @@ encode_rows(const struct tq_quantizer *q, const float *x, size_t n,
 				double y = q->centroids[c[j]];
 
 				dot += (double)u[j] * y;
-				ryc += (double)q->rcentre[j] * y;
+				ryc += (double)rc[j] * y;
 				yy += y * y;
 			}
 			s = dot > 0 ? rn / dot : 0;
@@ -329,11 +336,26 @@ out:
 	return st;
 }
 
+/*
+ * The public encoders encode about the centre: a residual quantizer's
+ * codes depend on each row's list, which only an index build chooses.
+ */
+static enum tq_status
+not_residual(const struct tq_quantizer *q, const char *what)
+{
+	if (q->flags & TQ_QFLAG_RESIDUAL)
+		return tq_fail(TQ_ERR_ARG, "%s: the quantizer has residual "
+		    "codes (each row's about its list's centroid), which "
+		    "only an index build makes", what);
+	return TQ_OK;
+}
+
 enum tq_status
 tq_encode_unpacked(const struct tq_quantizer *q, const float *x, size_t n,
     uint8_t *codes, float *factors)
 {
-	return encode_rows(q, x, n, 0, codes, factors, NULL);
+	TQ_TRY(not_residual(q, "encode"));
+	return encode_rows(q, x, n, 0, NULL, codes, factors, NULL);
 }
 
 /* Rows encoded per internal call of tq_encode (bounds the scratch). */
@@ -355,7 +377,7 @@ encode_packed(const struct tq_quantizer *q, const float *x, size_t n,
 	for (s0 = 0; s0 < n && st == TQ_OK; s0 += PACK_CHUNK) {
 		size_t m = n - s0 < PACK_CHUNK ? n - s0 : PACK_CHUNK;
 
-		st = encode_rows(q, x + s0 * d, m, row0 + s0, un,
+		st = encode_rows(q, x + s0 * d, m, row0 + s0, NULL, un,
 		    factors + s0 * TQ_NFACTORS, NULL);
 		for (i = 0; i < m && st == TQ_OK; i++)
 			tq_pack_row(q, un + i * d, codes + (s0 + i) * cb);
@@ -367,6 +389,7 @@ encode_packed(const struct tq_quantizer *q, const float *x, size_t n,
 struct encode_job {
 	const struct tq_quantizer *q;
 	const float *x;
+	const struct tq_enc_lists *el;
 	uint8_t *codes;
 	float *factors;
 	uint16_t *rho;
@@ -374,6 +397,7 @@ struct encode_job {
 	int packed;
 	enum tq_status rc;
 	char detail[256];
+	struct tq_enc_lists elt;	/* el's rows of this job */
 };
 
 static void *
@@ -383,8 +407,8 @@ encode_worker(void *arg)
 
 	j->rc = j->packed ?
 	    encode_packed(j->q, j->x, j->rows, j->row0, j->codes, j->factors) :
-	    encode_rows(j->q, j->x, j->rows, j->row0, j->codes, j->factors,
-	    j->rho);
+	    encode_rows(j->q, j->x, j->rows, j->row0, j->el, j->codes,
+	    j->factors, j->rho);
 	if (j->rc != TQ_OK)
 		snprintf(j->detail, sizeof(j->detail), "%s", tq_errdetail());
 	return NULL;
@@ -398,8 +422,8 @@ encode_worker(void *arg)
  */
 static enum tq_status
 encode_split(const struct tq_quantizer *q, const float *x, size_t n,
-    unsigned threads, int packed, uint8_t *codes, float *factors,
-    uint16_t *rho)
+    unsigned threads, int packed, const struct tq_enc_lists *el,
+    uint8_t *codes, float *factors, uint16_t *rho)
 {
 	struct encode_job job[64];
 	pthread_t tid[64];
@@ -414,15 +438,20 @@ encode_split(const struct tq_quantizer *q, const float *x, size_t n,
 		nt = (unsigned)nblk;
 	if (nt <= 1)
 		return packed ? encode_packed(q, x, n, 0, codes, factors) :
-		    encode_rows(q, x, n, 0, codes, factors, rho);
+		    encode_rows(q, x, n, 0, el, codes, factors, rho);
 	per = (nblk + nt - 1) / nt * TQ_BLOCK;
 	for (t = 0; t < nt; t++) {
 		size_t len = n - at < per ? n - at : per;
 
-		job[t] = (struct encode_job){ q, x + at * q->dim,
+		job[t] = (struct encode_job){ q, x + at * q->dim, NULL,
 		    codes + at * cw, factors + at * TQ_NFACTORS,
 		    rho != NULL ? rho + at : NULL, len, at, packed, TQ_OK,
-		    "" };
+		    "", { NULL, NULL } };
+		if (el != NULL) {
+			job[t].elt.list = el->list + at;
+			job[t].elt.rcent = el->rcent;
+			job[t].el = &job[t].elt;
+		}
 		at += len;
 		started[t] = t > 0 && len > 0 &&
 		    pthread_create(&tid[t], NULL, encode_worker, &job[t]) == 0;
@@ -443,13 +472,15 @@ enum tq_status
 tq_encode_threads(const struct tq_quantizer *q, const float *x, size_t n,
     unsigned threads, uint8_t *codes, float *factors)
 {
-	return encode_split(q, x, n, threads, 1, codes, factors, NULL);
+	TQ_TRY(not_residual(q, "encode"));
+	return encode_split(q, x, n, threads, 1, NULL, codes, factors, NULL);
 }
 
 enum tq_status
 tq_encode(const struct tq_quantizer *q, const float *x, size_t n,
     uint8_t *codes, float *factors)
 {
+	TQ_TRY(not_residual(q, "encode"));
 	return encode_packed(q, x, n, 0, codes, factors);
 }
 
@@ -457,15 +488,34 @@ enum tq_status
 tq_encode_unpacked_threads(const struct tq_quantizer *q, const float *x,
     size_t n, unsigned threads, uint8_t *codes, float *factors)
 {
-	return encode_split(q, x, n, threads, 0, codes, factors, NULL);
+	TQ_TRY(not_residual(q, "encode"));
+	return encode_split(q, x, n, threads, 0, NULL, codes, factors, NULL);
 }
 
 enum tq_status
 tq_encode_unpacked_rho(const struct tq_quantizer *q, const float *x,
-    size_t n, unsigned threads, uint8_t *codes, float *factors,
-    uint16_t *rho)
+    size_t n, unsigned threads, const struct tq_enc_lists *el,
+    uint8_t *codes, float *factors, uint16_t *rho)
 {
-	return encode_split(q, x, n, threads, 0, codes, factors, rho);
+	if (el == NULL)
+		TQ_TRY(not_residual(q, "encode"));
+	return encode_split(q, x, n, threads, 0, el, codes, factors, rho);
+}
+
+enum tq_status
+tq_enc_lists_make(const struct tq_quantizer *q, float **rcent)
+{
+	size_t nl = q->ivf.nlist;
+
+	*rcent = NULL;
+	if (nl == 0)
+		return tq_fail(TQ_ERR_ARG, "residual codes need lists");
+	if ((*rcent = tq_mallocarray(nl, (size_t)q->dim * sizeof(float))) ==
+	    NULL)
+		return tq_fail(TQ_ERR_NOMEM, "out of memory for %zu rotated "
+		    "centroids", nl);
+	tq_rotate(q, q->ivf.cent, nl, *rcent);
+	return TQ_OK;
 }
 
 /*
@@ -477,6 +527,14 @@ tq_encode_unpacked_rho(const struct tq_quantizer *q, const float *x,
 enum tq_status
 tq_decode(const struct tq_quantizer *q, const uint8_t *codes,
     const float *factors, size_t n, float *out)
+{
+	TQ_TRY(not_residual(q, "decode"));
+	return tq_decode_about(q, codes, factors, n, q->centre, out);
+}
+
+enum tq_status
+tq_decode_about(const struct tq_quantizer *q, const uint8_t *codes,
+    const float *factors, size_t n, const float *centre, float *out)
 {
 	size_t d = q->dim, cb = tq_code_bytes(q), B = enc_batch(q->dim), s0,
 	    i, j;
@@ -511,7 +569,7 @@ tq_decode(const struct tq_quantizer *q, const uint8_t *codes,
 		tq_rotate_inv(q, yb, m, out + s0 * d);
 		for (i = 0; i < m; i++)
 			for (j = 0; j < d; j++)
-				out[(s0 + i) * d + j] += q->centre[j];
+				out[(s0 + i) * d + j] += centre[j];
 	}
 	free(un);
 	free(yb);

@@ -228,6 +228,8 @@ struct build {
 	/* IVF only */
 	int ivf;
 	unsigned s_list;
+	int resid;		/* residual codes (TQ_QFLAG_RESIDUAL) */
+	float *rcent;		/* ... the lists' rotated centroids */
 	uint32_t dups;		/* most lists a row goes to */
 	uint32_t *lab;		/* chunk * dups: lists of each buffered row,
 				   UINT32_MAX for none */
@@ -318,6 +320,7 @@ build_free(struct build *b)
 	free(b->mbuf);
 	orank_free(b);
 	free(b->lab);
+	free(b->rcent);
 	free(b->lsc);
 	free(b->sbuf);
 	free(b->slen);
@@ -366,6 +369,9 @@ build_alloc(struct build *b)
 	    !b->hbuf || !b->idbuf || !b->idtmp || !b->obuf)
 		return tq_fail(TQ_ERR_NOMEM, "out of memory");
 	b->ivf = b->q->ivf.nlist > 0;
+	b->resid = (b->q->flags & TQ_QFLAG_RESIDUAL) != 0;
+	if (b->resid)
+		TQ_TRY(tq_enc_lists_make(b->q, &b->rcent));
 	if (b->ivf) {
 		b->dups = b->p->dups > 1 ? b->p->dups : 1;
 		if (b->dups > b->q->ivf.nlist)
@@ -440,14 +446,39 @@ pack_blocks(struct build *b, size_t rows)
 		wr_le16(b->wbuf + 2 * i, b->rho[i]);
 }
 
-/* The rows' factors from encoding (n rows at f) in the output's form. */
+/*
+ * |c|^2 of the centre that the output's row encoded with list l (only
+ * read for residual codes) is encoded about: its list's centroid's, or
+ * the centre's.
+ */
+static inline double
+enc_cc(const struct build *b, uint32_t l)
+{
+	return b->resid ? (double)b->q->ivf.n2[l] : b->cc;
+}
+
+/*
+ * The rows' factors from encoding (n rows at f, their lists lab, read
+ * for residual codes only) in the output's form.
+ */
 static void
-canon_rows(const struct build *b, float *f, size_t n)
+canon_rows(const struct build *b, float *f, size_t n, const uint32_t *lab)
 {
 	int l2 = b->q->metric == TQ_METRIC_L2;
 
 	for (size_t i = 0; b->fach && i < n; i++)
-		tq_fach_canon(f + i * TQ_NFACTORS, l2, b->cc);
+		tq_fach_canon(f + i * TQ_NFACTORS, l2, enc_cc(b, b->resid ?
+		    lab[i] : 0));
+}
+
+/*
+ * The list of segment p's local row r for enc_cc: residual codes only
+ * (0 otherwise, which enc_cc then does not read).
+ */
+static uint32_t
+old_list(const struct build *b, const struct tq_part *p, uint64_t r)
+{
+	return b->resid ? tq_list_of_row(p, b->q->ivf.nlist, r) : 0;
 }
 
 /*
@@ -465,14 +496,14 @@ old_factors(const struct build *b, const struct tq_part *p, uint64_t r,
 	if (p->fach != NULL) {
 		tq_fach_row(p->fach + r / TQ_BLOCK * TQ_FACH_BLOCK, j, f);
 		if (!b->fach)
-			tq_fach_uncanon(f, l2, b->cc);
+			tq_fach_uncanon(f, l2, enc_cc(b, old_list(b, p, r)));
 		return;
 	}
 	for (unsigned k = 0; k < TQ_NFACTORS; k++)
 		f[k] = p->factors[r / TQ_BLOCK * TQ_BLOCK * TQ_NFACTORS +
 		    k * TQ_BLOCK + j];
 	if (b->fach)
-		tq_fach_canon(f, l2, b->cc);
+		tq_fach_canon(f, l2, enc_cc(b, old_list(b, p, r)));
 }
 
 /*
@@ -574,6 +605,26 @@ convert_originals(const struct tq_quantizer *q, enum tq_originals o,
 static enum tq_status rows_out(struct build *b, size_t rows);
 
 /*
+ * Encodes `rows` rows x into the chunk's row `at` on (codes, factors in
+ * the output's form, rho); residual codes about the lists assign_rows
+ * chose (a build with residual codes has one copy of each row).
+ */
+static enum tq_status
+encode_chunk(struct build *b, const float *x, size_t rows, size_t at,
+    unsigned threads)
+{
+	const struct tq_quantizer *q = b->q;
+	struct tq_enc_lists el = { b->lab != NULL ? b->lab + at : NULL,
+	    b->rcent };
+
+	TQ_TRY(tq_encode_unpacked_rho(q, x, rows, threads, b->resid ? &el :
+	    NULL, b->codes + at * q->dim, b->factors + at * TQ_NFACTORS,
+	    b->rho + at));
+	canon_rows(b, b->factors + at * TQ_NFACTORS, rows, el.list);
+	return TQ_OK;
+}
+
+/*
  * The lists of `rows` input rows x into b->lab from row `at` on: the
  * nearest, and with dups > 1 up to dups - 1 more whose squared distance
  * is at most dup_ratio times the nearest's (the others UINT32_MAX).
@@ -653,11 +704,9 @@ write_chunk(struct build *b, size_t rows, uint64_t row0, unsigned threads)
 {
 	const struct tq_quantizer *q = b->q;
 
-	TQ_TRY(tq_encode_unpacked_rho(q, b->x, rows, threads, b->codes,
-	    b->factors, b->rho));
-	canon_rows(b, b->factors, rows);
 	if (b->ivf)
 		TQ_TRY(assign_rows(b, b->x, rows, 0));
+	TQ_TRY(encode_chunk(b, b->x, rows, 0, threads));
 
 	TQ_TRY(ids_out(b, rows, 0, row0));
 	if (b->p->originals != TQ_ORIG_NONE)
@@ -1768,6 +1817,9 @@ tq_build(const struct tq_quantizer *q, struct tq_reader *corpus,
 	if (p->dups > 1 && q->ivf.nlist == 0)
 		return tq_fail(TQ_ERR_ARG, "copies in several lists need a "
 		    "quantizer with lists");
+	if (p->dups > 1 && (q->flags & TQ_QFLAG_RESIDUAL))
+		return tq_fail(TQ_ERR_ARG, "copies in several lists need "
+		    "codes about the centre; the quantizer's are residual");
 	if (p->dups > 1 && (p->dups > q->ivf.nlist ||
 	    !(p->dup_ratio >= 1.0f && p->dup_ratio <= 1e6f)))
 		return tq_fail(TQ_ERR_ARG, "copies: at most %u lists and a "
@@ -2204,6 +2256,7 @@ describe_quantizer(const struct tq_quantizer *q, struct tq_file_info *out)
 	}
 	out->centred = (q->flags & TQ_QFLAG_CENTRED) != 0;
 	out->scale_search = (q->flags & TQ_QFLAG_SCALE_SEARCH) != 0;
+	out->residual = (q->flags & TQ_QFLAG_RESIDUAL) != 0;
 }
 
 enum tq_status
@@ -2780,12 +2833,9 @@ append_run(struct build *b, const struct tq_index *ix, struct source *src,
 			return tq_fail(TQ_ERR_FORMAT, "truncated: expected "
 			    "%llu rows, got %llu", (unsigned long long)nnew,
 			    (unsigned long long)(row + got));
-		TQ_TRY(tq_encode_unpacked_rho(q, b->x + at * dim, got,
-		    threads, b->codes + at * dim,
-		    b->factors + at * TQ_NFACTORS, b->rho + at));
-		canon_rows(b, b->factors + at * TQ_NFACTORS, got);
 		if (b->ivf)
 			TQ_TRY(assign_rows(b, b->x + at * dim, got, at));
+		TQ_TRY(encode_chunk(b, b->x + at * dim, got, at, threads));
 		TQ_TRY(ids_out(b, got, at, row));
 		if (ob > 0)
 			convert_originals(q, ix->originals, b->x + at * dim,

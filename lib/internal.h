@@ -314,6 +314,9 @@ unsigned tq_ncpu(void);
 #define TQ_IPAR_SIZE 64u
 #define TQ_QFLAG_CENTRED 1u
 #define TQ_QFLAG_SCALE_SEARCH 2u
+/* Rows are encoded about their list's centroid (tq(5) "Residual codes"). */
+#define TQ_QFLAG_RESIDUAL 4u
+#define TQ_QFLAGS (TQ_QFLAG_CENTRED | TQ_QFLAG_SCALE_SEARCH | TQ_QFLAG_RESIDUAL)
 
 /*
  * The blocked scan layout.
@@ -495,12 +498,31 @@ enum tq_status tq_encode_unpacked_threads(const struct tq_quantizer *q,
     float *factors);
 
 /*
+ * Residual codes: row i is encoded about centroid list[i] of the
+ * quantizer's lists, whose rotations (R c, nlist * dim floats) are rcent.
+ */
+struct tq_enc_lists {
+	const uint32_t *list;
+	const float *rcent;
+};
+
+/* The rotated centroids of q's lists for struct tq_enc_lists (free()). */
+enum tq_status tq_enc_lists_make(const struct tq_quantizer *q,
+    float **rcent);
+
+/*
  * The same, also writing each row's rho (encode.c; tq(5) WDTH) into
- * rho[0 .. n) as f16 bits.
+ * rho[0 .. n) as f16 bits; el NULL encodes about the centre (refused for
+ * a residual quantizer), else about each row's list.
  */
 enum tq_status tq_encode_unpacked_rho(const struct tq_quantizer *q,
-    const float *x, size_t n, unsigned threads, uint8_t *codes,
-    float *factors, uint16_t *rho);
+    const float *x, size_t n, unsigned threads,
+    const struct tq_enc_lists *el, uint8_t *codes, float *factors,
+    uint16_t *rho);
+/* tq_decode about the given centre (a residual row's list centroid). */
+enum tq_status tq_decode_about(const struct tq_quantizer *q,
+    const uint8_t *codes, const float *factors, size_t n,
+    const float *centre, float *out);
 /* x (>= 0) as the smallest f16 no smaller than x, as bits. */
 uint16_t tq_f16_up(float x);
 
@@ -789,6 +811,26 @@ tq_part_of_row(const struct tq_index *ix, uint64_t r)
 static inline uint64_t tq_list_off(const struct tq_part *p, uint32_t l)
 {
 	return rd_le64(p->list + 8 * (size_t)l);
+}
+
+/*
+ * IVF: the list of segment p's local row r (r < p->n): the last list
+ * whose first row is at or before r.
+ */
+static inline uint32_t tq_list_of_row(const struct tq_part *p, uint32_t nlist,
+    uint64_t r)
+{
+	uint32_t lo = 0, hi = nlist;
+
+	while (hi - lo > 1) {
+		uint32_t mid = lo + (hi - lo) / 2;
+
+		if (tq_list_off(p, mid) <= r)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return lo;
 }
 
 /* An allow-list: bit j of word b = row 32 b + j allowed (and live). */

@@ -123,6 +123,12 @@ tq_quantizer_centred(const struct tq_quantizer *q)
 	return (q->flags & TQ_QFLAG_CENTRED) != 0;
 }
 
+int
+tq_quantizer_residual(const struct tq_quantizer *q)
+{
+	return (q->flags & TQ_QFLAG_RESIDUAL) != 0;
+}
+
 size_t
 tq_code_bytes(const struct tq_quantizer *q)
 {
@@ -334,6 +340,8 @@ tq_quantizer_fit(const struct tq_fit_params *p, struct tq_reader *data,
 	TQ_TRY(check_params(p));
 	if (lists != 0 && data == NULL)
 		return tq_fail(TQ_ERR_ARG, "lists need data to fit them");
+	if (p->residual && lists == 0)
+		return tq_fail(TQ_ERR_ARG, "residual codes need lists");
 	if (data != NULL) {
 		uint32_t rd = tq_reader_dim(data);
 
@@ -377,7 +385,8 @@ tq_quantizer_fit(const struct tq_fit_params *p, struct tq_reader *data,
 	q->rotation = tq_rotation_resolve(dim, p->rotation, p->rotation_block);
 	q->nlevels = 1u << p->bits;
 	q->flags = (p->scale_search ? TQ_QFLAG_SCALE_SEARCH : 0) |
-	    (data != NULL && !p->no_centre ? TQ_QFLAG_CENTRED : 0);
+	    (data != NULL && !p->no_centre ? TQ_QFLAG_CENTRED : 0) |
+	    (p->residual ? TQ_QFLAG_RESIDUAL : 0);
 	tq_quantizer_layout(q);
 	if ((st = tq_codebook(dim, q->bits, q->centroids, q->bounds)) !=
 	    TQ_OK)
@@ -582,7 +591,7 @@ parse_qpar(const uint8_t *p, uint64_t len, struct tq_quantizer *q)
 		return tq_fail(TQ_ERR_FORMAT, "section QPAR: unknown metric "
 		    "%u", (unsigned)metric);
 	q->metric = (enum tq_metric)metric;
-	if (q->flags & ~(TQ_QFLAG_CENTRED | TQ_QFLAG_SCALE_SEARCH))
+	if (q->flags & ~TQ_QFLAGS)
 		return tq_fail(TQ_ERR_FORMAT, "section QPAR: unknown flags "
 		    "0x%x", (unsigned)q->flags);
 	if (rot != TQ_ROT_DENSE && rot != TQ_ROT_STRUCTURED)
@@ -727,6 +736,11 @@ tq_quantizer_from_file(const struct tq_file *f, int copy,
 		}
 	if ((st = load_ivfc(f, q, copy)) != TQ_OK)
 		goto fail;
+	if ((q->flags & TQ_QFLAG_RESIDUAL) && q->ivf.nlist == 0) {
+		st = tq_fail(TQ_ERR_FORMAT, "section QPAR: residual codes "
+		    "without lists (no IVFC)");
+		goto fail;
+	}
 	q->rot_len = (size_t)rlen;
 	if (!copy && host_is_le() && ((uintptr_t)rp % 4) == 0 &&
 	    ((uintptr_t)ep % 4) == 0) {

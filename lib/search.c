@@ -697,9 +697,21 @@ tq_lut_build(const struct tq_quantizer *q, const float *rq, struct tq_lut *t)
  * segment p: a kernel call never crosses a segment, whose codes alone
  * are contiguous.
  */
+/*
+ * Rows [r0, r1) of segment p in blocks [b0, b1): a query's probe of list
+ * `list` (flat: every row), with the query's terms of that list's centre
+ * (struct qterm).
+ */
+struct qterm {
+	float qc;	/* <q, c> */
+	float qk;	/* compact factors' base: l2 -|q - c|^2, else <q, c> */
+	float qq;	/* |q - c|, a little over (the error bound) */
+};
+
 struct seg {
 	uint64_t b0, b1, r0, r1;
 	const struct tq_part *p;
+	struct qterm qt;
 };
 
 /* What every thread reads; fixed for one chunk of queries. */
@@ -752,6 +764,8 @@ struct ctx {
 	float rho_g;
 	double zr;		/* z of the rounding's width (round_width) */
 	float *qerr;		/* each query's rounding width */
+	/* Residual codes: each list's own centre (struct qterm). */
+	int resid;
 	/* The scan drops what cannot be a contender (struct prune): on;
 	   the largest |s| and |s| rho of the rows (part_wmax). */
 	int prune;
@@ -824,6 +838,8 @@ struct worker {
 	size_t nhits, caphits;
 	int nomem;		/* a block-mode range scan ran out */
 	struct seg *segs;	/* a query's segments (probes of them) */
+	struct qterm *lq;	/* residual codes: nlist, the terms of the
+				   lists of the query being finished */
 	struct tq_search_stats st;	/* this worker's share */
 	struct acand *ac;	/* auto re-rank: kc candidates, */
 	struct acand *actmp;	/* as many more to sort them, */
@@ -920,6 +936,34 @@ row_window(uint64_t blk, uint64_t r0, uint64_t r1)
 	return m;
 }
 
+/* Query i's terms of the quantizer's centre. */
+static inline struct qterm
+query_qterm(const struct ctx *c, size_t i)
+{
+	return (struct qterm){ c->qc[i], c->qk[i], c->qq[i] };
+}
+
+/*
+ * Query i's terms of list l's centroid (residual codes), as prepare
+ * finds those of the centre: <q, c> summed by tq_dot_rows, whatever the
+ * path, so that every search gives a row the same key.
+ */
+static struct qterm
+list_qterm(const struct ctx *c, size_t i, uint32_t l)
+{
+	const struct tq_ivf *v = &c->q->ivf;
+	double n2 = (double)c->qn2[i], qq;
+	float qc;
+
+	tq_dot_rows(c->qv + i * c->dim, c->dim, 1, v->cent + (size_t)l *
+	    c->dim, 1, c->dim, &qc, 1);
+	if (c->metric == TQ_METRIC_COSINE)
+		n2 = n2 > 0.0 ? 1.0 : 0.0;
+	qq = n2 - 2.0 * (double)qc + (double)v->n2[l];
+	return (struct qterm){ qc, c->metric == TQ_METRIC_L2 ? (float)-qq : qc,
+	    (float)(sqrt(qq > 0.0 ? qq : 0.0) * (1.0 + 1e-6)) };
+}
+
 /* The segments query i of the chunk scans; returns their number. */
 static size_t
 query_segs(const struct ctx *c, size_t i, struct seg *sg)
@@ -932,12 +976,15 @@ query_segs(const struct ctx *c, size_t i, struct seg *sg)
 			const struct tq_part *p = &ix->parts[s];
 
 			sg[ns++] = (struct seg){ p->block0, p->block0 +
-			    p->nblocks, p->row0, p->row0 + p->n, p };
+			    p->nblocks, p->row0, p->row0 + p->n, p,
+			    { 0.0f, 0.0f, 0.0f } };
 		}
 		return ns;
 	}
 	for (uint32_t t = 0; t < c->probes; t++) {
 		uint32_t l = c->probe[i * c->probes + t];
+		struct qterm qt = c->resid ? list_qterm(c, i, l) :
+		    (struct qterm){ 0.0f, 0.0f, 0.0f };
 
 		for (uint32_t s = 0; s < ix->nparts; s++) {
 			const struct tq_part *p = &ix->parts[s];
@@ -946,10 +993,46 @@ query_segs(const struct ctx *c, size_t i, struct seg *sg)
 
 			if (r0 < r1)
 				sg[ns++] = (struct seg){ r0 / TQ_BLOCK,
-				    (r1 + TQ_BLOCK - 1) / TQ_BLOCK, r0, r1, p };
+				    (r1 + TQ_BLOCK - 1) / TQ_BLOCK, r0, r1, p,
+				    qt };
 		}
 	}
 	return ns;
+}
+
+/*
+ * Residual codes: the terms of the lists of query i's segments sg[0 ..
+ * ns) into w->lq, where row_qterm finds them for the candidates.
+ */
+static void
+lq_fill(struct worker *w, const struct seg *sg, size_t ns)
+{
+	const struct tq_index *ix = w->c->ix;
+
+	if (!w->c->resid)
+		return;
+	for (size_t e = 0; e < ns; e++) {
+		const struct tq_part *p = sg[e].p;
+
+		w->lq[tq_list_of_row(p, ix->nlist, sg[e].r0 - p->row0)] =
+		    sg[e].qt;
+	}
+}
+
+/*
+ * The terms of query i for row r: its list's (residual codes; the row
+ * lies in a list the query probed, whose terms lq_fill put in w->lq), or
+ * the query's own.
+ */
+static inline struct qterm
+row_qterm(const struct ctx *c, const struct worker *w, size_t i, uint64_t r)
+{
+	const struct tq_part *p;
+
+	if (!c->resid)
+		return query_qterm(c, i);
+	p = tq_part_of_row(c->ix, r);
+	return w->lq[tq_list_of_row(p, c->ix->nlist, r - p->row0)];
 }
 
 /* Asks the kernel to read bytes [a, a + len) ahead (madvise). */
@@ -1056,12 +1139,15 @@ block_rows(const struct ctx *c, const struct tq_part *p, uint64_t blk,
  * Higher keys are better (l2: -distance).
  */
 static void
-run_keys(const struct ctx *c, const struct tq_part *p, const struct tq_lut *t,
+run_keys(const struct ctx *c, const struct seg *sg, const struct tq_lut *t,
     size_t i, uint64_t blk, size_t nb, const uint32_t *acc, uint32_t off,
     const float *st, float thr, float *key, uint32_t *above)
 {
-	struct tq_keypar kp = { t->scale, t->bias, c->qc[i], c->qn2[i],
-	    c->metric == TQ_METRIC_L2, off, c->qk[i] };
+	const struct tq_part *p = sg->p;
+	/* Flat segments serve a tile of queries: each its own terms. */
+	struct qterm qt = c->resid ? sg->qt : query_qterm(c, i);
+	struct tq_keypar kp = { t->scale, t->bias, qt.qc, c->qn2[i],
+	    c->metric == TQ_METRIC_L2, off, qt.qk };
 
 	if (st == NULL && p->fach != NULL) {
 		c->kern->keysh(acc, p->fach + (blk - p->block0) *
@@ -1402,7 +1488,7 @@ scan_range(struct worker *w, const struct tq_lut *t, size_t i, uint64_t b0,
 		/* The keys of the run at once, for the root as it was. */
 		float thr = scan_thr(h, pr);
 
-		run_keys(c, sg->p, t, i, b, nb, w->acc, off, NULL, thr, key,
+		run_keys(c, sg, t, i, b, nb, w->acc, off, NULL, thr, key,
 		    above);
 		w->st.rows_scanned += run_push(c, b, nb, key, above, thr, sg,
 		    h, pr);
@@ -1469,7 +1555,7 @@ scan_range_multi(struct worker *w, const struct tq_lut *t, size_t i,
 		for (j = 0; j < m; j++) {
 			float thr = scan_thr(&h[j], &w->pr[j]);
 
-			run_keys(c, sg->p, &t[j], i + j, b, nb,
+			run_keys(c, sg, &t[j], i + j, b, nb,
 			    w->acc + j * stride, tiled ? t[j].dotoff : 0, dec,
 			    thr, key, above);
 			w->st.rows_scanned += run_push(c, b, nb, key, above,
@@ -1548,10 +1634,12 @@ dequantize(const struct ctx *c, struct worker *w, uint64_t r, float *y)
  * tq_exact_key) instead of through the integer tables.
  */
 static float
-refined_key(const struct ctx *c, size_t i, uint64_t r, double dot)
+refined_key(const struct ctx *c, const struct worker *w, size_t i, uint64_t r,
+    double dot)
 {
 	const struct tq_part *p = tq_part_of_row(c->ix, r);
 	unsigned j = (unsigned)(r % TQ_BLOCK);
+	struct qterm qt = row_qterm(c, w, i, r);
 	const float *fs;
 	double ip;
 
@@ -1560,12 +1648,12 @@ refined_key(const struct ctx *c, size_t i, uint64_t r, double dot)
 
 		tq_fach_decode(p->fach + (r / TQ_BLOCK - p->block0) *
 		    TQ_FACH_BLOCK, j, &s, &t);
-		return (float)((double)c->qk[i] + (double)s *
+		return (float)((double)qt.qk + (double)s *
 		    ((c->metric == TQ_METRIC_L2 ? 2.0 : 1.0) * dot +
 		    (double)t));
 	}
 	fs = blk_factors(p, r / TQ_BLOCK);
-	ip = (double)fs[j] * dot + (double)fs[TQ_BLOCK + j] + (double)c->qc[i];
+	ip = (double)fs[j] * dot + (double)fs[TQ_BLOCK + j] + (double)qt.qc;
 	if (c->metric == TQ_METRIC_L2)
 		return (float)-((double)c->qn2[i] - 2.0 * ip +
 		    (double)fs[2 * TQ_BLOCK + j]);
@@ -1595,7 +1683,7 @@ refined_keys(const struct ctx *c, struct worker *w, const size_t *qi,
 	if (q->field_bits != 4) {
 		for (t = 0; t < n; t++) {
 			dequantize(c, w, r[t], w->row);
-			key[t] = refined_key(c, qi[t], r[t], tq_dot_lanes(
+			key[t] = refined_key(c, w, qi[t], r[t], tq_dot_lanes(
 			    c->rq + qi[t] * c->dim, w->row, c->dim));
 		}
 		return;
@@ -1608,7 +1696,7 @@ refined_keys(const struct ctx *c, struct worker *w, const size_t *qi,
 	}
 	c->kern->dotq4(rq, blk, pos, n, c->dim, q->bits, q->centroids, dot);
 	for (t = 0; t < n; t++)
-		key[t] = refined_key(c, qi[t], r[t], dot[t]);
+		key[t] = refined_key(c, w, qi[t], r[t], dot[t]);
 }
 
 /*
@@ -1799,7 +1887,8 @@ prefetch_bounds(const struct ctx *c, uint64_t r)
 }
 
 static void
-auto_bounds(const struct ctx *c, size_t i, struct acand *a)
+auto_bounds(const struct ctx *c, const struct worker *w, size_t i,
+    struct acand *a)
 {
 	const struct tq_part *p = tq_part_of_row(c->ix, a->row);
 	unsigned j = (unsigned)(a->row % TQ_BLOCK);
@@ -1807,6 +1896,7 @@ auto_bounds(const struct ctx *c, size_t i, struct acand *a)
 	double s = fabs((double)part_row_s(p, a->row)), x2 = p->fach == NULL ?
 	    (double)blk_factors(p, a->row / TQ_BLOCK)[2 * TQ_BLOCK + j] : 0.0;
 	double qn2 = (double)c->qn2[i], beta, dh, eps, t, lo, hi;
+	double qq = (double)row_qterm(c, w, i, a->row).qq;
 	int l2 = c->metric == TQ_METRIC_L2;
 
 	if (c->metric == TQ_METRIC_IP && p->fach != NULL) {
@@ -1814,14 +1904,14 @@ auto_bounds(const struct ctx *c, size_t i, struct acand *a)
 		 * ip without |x|^2: no distance to narrow the width with,
 		 * so the width of any angle, A |q'| / 2 on the key.
 		 */
-		double key = (double)a->key, w;
+		double key = (double)a->key, wd;
 
 		t = a->state == 0 ? 1.001 * s * (double)c->qerr[i] : 0.0;
-		w = c->az * s * (double)row_rho(c, a->row) *
-		    (double)c->qq[i] / 2.0 + t + 1e-5 * (fabs(key) + qn2) +
+		wd = c->az * s * (double)row_rho(c, a->row) *
+		    qq / 2.0 + t + 1e-5 * (fabs(key) + qn2) +
 		    1e-30;
-		a->up = (float)(key + w);
-		a->lo = (float)(key - w);
+		a->up = (float)(key + wd);
+		a->lo = (float)(key - wd);
 		goto sane;
 	}
 	if (l2)
@@ -1834,7 +1924,7 @@ auto_bounds(const struct ctx *c, size_t i, struct acand *a)
 	eps = 1e-5 * (fabs(dh) + beta + qn2 + fabs(x2)) + 1e-30;
 	t = a->state == 0 ? 2.0 * 1.001 * s * (double)c->qerr[i] : 0.0;
 	tq_bound_dist(dh - t - eps, dh + t + eps, c->az * s *
-	    (double)row_rho(c, a->row), (double)c->qq[i], &lo, &hi);
+	    (double)row_rho(c, a->row), qq, &lo, &hi);
 	if (l2) {
 		a->up = (float)-lo;
 		a->lo = (float)-hi;
@@ -2106,7 +2196,7 @@ finish_auto(struct worker *w, size_t i, const struct tq_topk *cand)
 		ac[e].row = cand->id[t];
 		ac[e].key = cand->key[t];
 		ac[e].state = 0;
-		auto_bounds(c, i, &ac[e++]);
+		auto_bounds(c, w, i, &ac[e++]);
 	}
 	n = e;
 	floor_init(w, n, k);
@@ -2145,7 +2235,7 @@ finish_auto(struct worker *w, size_t i, const struct tq_topk *cand)
 
 			a->key = rk[u];
 			a->state = 1;
-			auto_bounds(c, i, a);
+			auto_bounds(c, w, i, a);
 			if (floor_raise(w, k, old, a->lo) != 0)
 				floor_init(w, n, k);
 		}
@@ -2442,7 +2532,7 @@ range_collect(struct worker *w, const struct tq_lut *t, size_t i,
 	for (b = b0; (nb = next_run(c, sg->p, &b, b1)) > 0; b += nb) {
 		uint32_t off = scan_one(c, sg->p, t, b, nb, w->acc);
 
-		run_keys(c, sg->p, t, i, b, nb, w->acc, off, NULL, -INFINITY,
+		run_keys(c, sg, t, i, b, nb, w->acc, off, NULL, -INFINITY,
 		    keys, above);
 		for (size_t bi = 0; bi < nb; bi++) {
 			uint64_t row = (b + bi) * TQ_BLOCK;
@@ -2554,6 +2644,7 @@ range_one(struct worker *w, size_t i)
 	w->nhits = 0;
 	nseg = query_segs(c, i, w->segs);
 	advise_segs(c, w->segs, nseg);
+	lq_fill(w, w->segs, nseg);
 	for (size_t e = 0; e < nseg; e++)
 		if (range_collect(w, t, i, margin_q, w->segs[e].b0,
 		    w->segs[e].b1, &w->segs[e]) != 0) {
@@ -2612,6 +2703,7 @@ run(void *arg)
 
 			ns = query_segs(c, i, w->segs);
 			advise_segs(c, w->segs, ns);
+			lq_fill(w, w->segs, ns);
 
 			tq_lut_build(c->q, c->rq + i * c->dim, &w->lut[0]);
 			c->qerr[i] = round_width(c, &w->lut[0]);
@@ -2742,6 +2834,7 @@ scratch_free(struct scratch *s)
 			free(s->w[t].rkey);
 			free(s->w[t].acc);
 			free(s->w[t].segs);
+			free(s->w[t].lq);
 			free(s->w[t].codes);
 			free(s->w[t].row);
 			free(s->w[t].hits);
@@ -2825,6 +2918,9 @@ scratch_alloc(struct scratch *s, const struct tq_quantizer *q, unsigned nw,
 		if (w->acc == NULL || w->codes == NULL || w->row == NULL ||
 		    w->segs == NULL)
 			return tq_fail(TQ_ERR_NOMEM, "search: sums");
+		if ((q->flags & TQ_QFLAG_RESIDUAL) && (w->lq = tq_mallocarray(
+		    q->ivf.nlist, sizeof(*w->lq))) == NULL)
+			return tq_fail(TQ_ERR_NOMEM, "search: list terms");
 		/*
 		 * A tile never holds more queries than a chunk.  The tables
 		 * are one allocation, so the dot form's tile kernels can take
@@ -3023,6 +3119,7 @@ run_split(struct ctx *c, struct scratch *s, size_t i)
 	if (vb < n)
 		n = vb > 0 ? (unsigned)vb : 1;
 	for (t = 0; t < n; t++) {
+		lq_fill(&s->w[t], s->segs, c->nseg);
 		s->w[t].by_blocks = 1;
 		s->w[t].b0 = vb * t / n;
 		s->w[t].b1 = vb * (t + 1) / n;
@@ -3212,6 +3309,7 @@ tq_search_refine(const struct tq_index *ix, const float *queries, size_t nq,
 	c.rerank = p->oversample > 1.0f || p->oversample < 0.0f;
 	c.kr = kr;
 	c.stream_dot = stream_dot(ix, probes, c.kern);
+	c.resid = (q->flags & TQ_QFLAG_RESIDUAL) != 0;
 	c.autor = p->oversample < 0.0f;
 	c.zr = p->auto_z > 0.0f ? (double)p->auto_z : TQ_AUTO_Z;
 	c.az = 2.0 * c.zr * (1.0 + 1e-6) /
@@ -3388,6 +3486,7 @@ tq_search_range(const struct tq_index *ix, const float *queries, size_t nq,
 	c.allow = p->allow != NULL ? p->allow->words : NULL;
 	c.masked = c.allow != NULL || ix->live < ix->n;
 	c.range = 1;
+	c.resid = (q->flags & TQ_QFLAG_RESIDUAL) != 0;
 	c.probes = resolve_probes(ix, p);
 	c.stream_dot = stream_dot(ix, c.probes, c.kern);
 	c.probe = s.probe;

@@ -384,6 +384,9 @@ struct tq_fit_params {
 				   result does not depend on it */
 	tq_progress_fn progress;	/* NULL = none */
 	void *progress_arg;	/* passed to progress */
+	int residual;		/* 1: an index encodes each row about its
+				   list's centroid instead of the centre
+				   (needs lists); tq(5) "Residual codes" */
 };
 #define TQ_LISTS_AUTO UINT32_MAX
 #define TQ_MAX_LISTS (1u << 24)
@@ -426,6 +429,8 @@ uint32_t tq_quantizer_dim(const struct tq_quantizer *q);
 unsigned tq_quantizer_bits(const struct tq_quantizer *q);
 enum tq_metric tq_quantizer_metric(const struct tq_quantizer *q);
 int tq_quantizer_centred(const struct tq_quantizer *q);
+/* 1 if an index encodes rows about their lists' centroids (residual). */
+int tq_quantizer_residual(const struct tq_quantizer *q);
 /* Number of coarse lists, 0 for none. */
 uint32_t tq_quantizer_lists(const struct tq_quantizer *q);
 /* Bytes of one vector's packed codes in a code stream: ceil(dim*bits/8). */
@@ -1043,6 +1048,8 @@ struct tq_file_info {
 	uint64_t commit;		/* index, version 2: commit number */
 	uint64_t labels;		/* index: rows with a label (0 or
 					   count) */
+	int residual;			/* rows encoded about their lists'
+					   centroids */
 };
 
 /* Opens and validates a file (as tq_index_open) and describes it. */

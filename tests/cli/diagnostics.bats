@@ -20,6 +20,7 @@ setup_file() {
 	mkfix nan.bin 16 40 3 --nan 17
 	"$TQ_BIN/tq-fit" -i c.bin -o q.tq
 	"$TQ_BIN/tq-fit" -i c.bin --lists 4 -o ivf.tq
+	"$TQ_BIN/tq-fit" -i c.bin --lists 4 --residual -o rivf.tq
 	"$TQ_BIN/tq-build" -q q.tq -o i.tqi c.bin
 	"$TQ_BIN/tq-build" -q q.tq --originals none -o noorig.tqi c.bin
 	"$TQ_BIN/tq-encode" -q q.tq -i c.bin -o x.codes
@@ -343,6 +344,8 @@ tqfile_cases() {
 	expect 2 '--rotation-block needs a structured rotation' \
 	    '--rotation-block needs a structured rotation' \
 	    tq-fit -d 8 --rotation dense --rotation-block 4 -o out.tq
+	expect 2 '--residual needs --lists' '--residual needs --lists' \
+	    tq-fit -i c.bin --residual -o out.tq
 	expect 1 'FILE: N lists need at least N sample rows; the data gave M' \
 	    'c.bin: 400 lists need at least 400 sample rows; the data gave 300' \
 	    tq-fit -i c.bin --lists 400 -o out.tq
@@ -451,14 +454,16 @@ tqfile_cases() {
 	expect 2 "factors 'NAME' is not one of f16, f32" \
 	    "factors 'f8' is not one of f16, f32" \
 	    tq-build --factors f8 -o out.tqi c.bin
-	expect 2 '-q cannot be used with -b, -m, -s, --no-centre or --lists' \
-	    '-q cannot be used with -b, -m, -s, --no-centre or --lists' \
+	expect 2 '-q cannot be used with -b, -m, -s, --no-centre, --lists or --residual' \
+	    '-q cannot be used with -b, -m, -s, --no-centre, --lists or --residual' \
 	    tq-build -q q.tq -b 2 -o out.tqi c.bin
+	expect 2 '--residual needs --lists' '--residual needs --lists' \
+	    tq-build --residual -o out.tqi c.bin
 	expect 2 'only one of --append, --delete, --compact and --recalibrate' \
 	    'only one of --append, --delete, --compact and --recalibrate' \
 	    tq-build --append --compact a.tqi
-	expect 2 "--MODE keeps the index's quantizer, originals and copies: no -q, -b, -m, -s, --no-centre, --lists, --originals, --dups or --dup-ratio" \
-	    "--compact keeps the index's quantizer, originals and copies: no -q, -b, -m, -s, --no-centre, --lists, --originals, --dups or --dup-ratio" \
+	expect 2 "--MODE keeps the index's quantizer, originals and copies: no -q, -b, -m, -s, --no-centre, --lists, --residual, --originals, --dups or --dup-ratio" \
+	    "--compact keeps the index's quantizer, originals and copies: no -q, -b, -m, -s, --no-centre, --lists, --residual, --originals, --dups or --dup-ratio" \
 	    tq-build --compact -q q.tq a.tqi
 	expect 2 '--shard goes with a new build, not --append, --delete or --compact' \
 	    '--shard goes with a new build, not --append, --delete or --compact' \
@@ -477,6 +482,9 @@ tqfile_cases() {
 	expect 1 'FILE: --dups N is more than the L lists' \
 	    'ivf.tq: --dups 5 is more than the 4 lists' \
 	    tq-build -q ivf.tq --dups 5 -o out.tqi c.bin
+	expect 1 "FILE: --dups needs codes about the centre; the quantizer's are residual (tq-fit --residual)" \
+	    "rivf.tq: --dups needs codes about the centre; the quantizer's are residual (tq-fit --residual)" \
+	    tq-build -q rivf.tq --dups 2 -o out.tqi c.bin
 	expect 1 'FILE: --shard needs a row count known in advance (an uncompressed file or HDF5, not a pipe or zstd)' \
 	    'c.bin.zst: --shard needs a row count known in advance (an uncompressed file or HDF5, not a pipe or zstd)' \
 	    tq-build -q q.tq --shard 0/2 -o out.tqi c.bin.zst
@@ -610,6 +618,9 @@ tqfile_cases() {
 	    tq-encode --decode -q q.tq --threads 2
 	expect 2 "unexpected argument 'ARG'" "unexpected argument 'extra'" \
 	    tq-encode -q q.tq extra
+	expect 1 "FILE: residual codes (each vector's about its list's centroid): only tq-build encodes with this quantizer" \
+	    "rivf.tq: residual codes (each vector's about its list's centroid): only tq-build encodes with this quantizer" \
+	    tq-encode -q rivf.tq -i c.bin -o out.codes
 	out_cases tq-encode -q q.tq -i c.bin -o {}
 	all_seen tq-encode
 	[ ! -e out.codes ] && [ ! -e out.bin ]
@@ -773,6 +784,8 @@ tqfile_cases() {
 	    tq-recall --probes "$long" --lists 4 --corpus c.bin --queries c.bin
 	expect 2 '--probes needs --lists' '--probes needs --lists' \
 	    tq-recall --probes 2 --corpus c.bin --queries c.bin
+	expect 2 '--residual needs --lists' '--residual needs --lists' \
+	    tq-recall --residual --corpus c.bin --queries c.bin
 	expect 2 "--sweep takes probes=LIST or oversample=LIST, not 'ARG'" \
 	    "--sweep takes probes=LIST or oversample=LIST, not 'k=1'" \
 	    tq-recall --sweep k=1 --corpus c.bin --queries c.bin

@@ -303,3 +303,82 @@ print([s["offset"] for s in d["sections"] if s["tag"] == "LIST"][0])')
 	"$TQ_BIN/tq-build" --compact a.tqi
 	cmp a.tqi want2.tqi
 }
+
+@test "tq-fit --residual: codes about each list's centroid, closer estimates" {
+	"$TQ_BIN/tq-fit" -b 2 -i "$F/c.bin" --lists 12 --residual -o r.tqq
+	"$TQ_BIN/tq-fit" -b 2 -i "$F/c.bin" --lists 12 -o n.tqq
+	run --separate-stderr "$TQ_BIN/tq-inspect" r.tqq
+	[[ "$output" == *$'\nresidual yes\n'* ]]
+	run --separate-stderr "$TQ_BIN/tq-inspect" --json r.tqq
+	[[ "$output" == *'"residual":true'* ]]
+	run --separate-stderr "$TQ_BIN/tq-inspect" n.tqq
+	[[ "$output" != *"residual"* ]]
+	run --separate-stderr "$TQ_BIN/tq-inspect" --json n.tqq
+	[[ "$output" == *'"residual":false'* ]]
+	"$TQ_BIN/tq-build" -q r.tqq -o r.tqi "$F/c.bin"
+	"$TQ_BIN/tq-build" -q n.tqq -o n.tqi "$F/c.bin"
+	# The same in one go.
+	"$TQ_BIN/tq-build" -b 2 --lists 12 --residual -o r2.tqi "$F/c.bin"
+	cmp r.tqi r2.tqi
+	# Without re-rank, at every list: the clusters' rows lie far closer
+	# to their lists' centroids than to the centre, so the estimates
+	# rank better.
+	tq rows "$F/c.bin" q200.bin "$(seq -s, 0 10 1999)"
+	tq truth "$F/c.bin" q200.bin 10 l2 t.ivecs
+	"$TQ_BIN/tq-search" -k 10 --probes 12 --format ivecs -i q200.bin \
+	    -o r.ivecs r.tqi
+	"$TQ_BIN/tq-search" -k 10 --probes 12 --format ivecs -i q200.bin \
+	    -o n.ivecs n.tqi
+	rr=$(tq recall r.ivecs t.ivecs 10)
+	rn=$(tq recall n.ivecs t.ivecs 10)
+	assert_ge "$rr" "$(awk -v n="$rn" 'BEGIN { print n + 0.1 }')"
+}
+
+@test "tq-fit --residual: same results whatever the threads, batch and kernel" {
+	"$TQ_BIN/tq-fit" -b 2 -i "$F/c.bin" --lists 12 --residual -o r.tqq
+	"$TQ_BIN/tq-build" -q r.tqq -o r.tqi "$F/c.bin"
+	for o in 1 4 auto; do
+		"$TQ_BIN/tq-search" -k 5 --probes 3 --oversample $o \
+		    --threads 1 -i "$F/q.bin" r.tqi >want
+		"$TQ_BIN/tq-search" -k 5 --probes 3 --oversample $o \
+		    --threads 2 --batch 1 -i "$F/q.bin" r.tqi >got
+		cmp want got
+		for isa in scalar avx2 avx512 amx; do
+			TQ_ISA=$isa "$TQ_BIN/tq-build" -q r.tqq -o $isa.tqi \
+			    "$F/c.bin"
+			cmp $isa.tqi r.tqi
+			TQ_ISA=$isa "$TQ_BIN/tq-search" -k 5 --probes 3 \
+			    --oversample $o -i "$F/q.bin" r.tqi >got
+			cmp want got
+		done
+	done
+	# Each query's own row, at rank 1 from its list alone.
+	run --separate-stderr "$TQ_BIN/tq-search" -k 1 --probes 1 \
+	    --oversample 10 -i "$F/q.bin" r.tqi
+	assert_equal "$(cut -f3 <<<"$output" | tr '\n' ' ')" "3 250 512 900 1333 1999 "
+}
+
+@test "tq-fit --residual: append, compact and factor forms equal fresh builds" {
+	"$TQ_BIN/tq-fit" -b 2 -i "$F/c.bin" --lists 12 --residual -o r.tqq
+	"$TQ_BIN/tq-build" -q r.tqq -o r.tqi "$F/c.bin"
+	"$TQ_BIN/tq-build" -q r.tqq -o a.tqi "$F/a.bin"
+	"$TQ_BIN/tq-build" --append a.tqi "$F/b.bin"
+	for o in 1 auto; do
+		"$TQ_BIN/tq-search" -k 10 --probes 3 --oversample $o \
+		    -i "$F/q.bin" a.tqi >a.tsv
+		"$TQ_BIN/tq-search" -k 10 --probes 3 --oversample $o \
+		    -i "$F/q.bin" r.tqi >r.tsv
+		cmp a.tsv r.tsv
+	done
+	"$TQ_BIN/tq-build" --compact a.tqi
+	cmp a.tqi r.tqi
+	# f32 factors, and back: the compact form converts with each row's
+	# own list.
+	"$TQ_BIN/tq-build" -q r.tqq --factors f32 -o f.tqi "$F/c.bin"
+	"$TQ_BIN/tq-build" --compact --factors f16 -o h.tqi f.tqi
+	cmp h.tqi r.tqi
+	# The f32 factors' keys use each row's list too.
+	run --separate-stderr "$TQ_BIN/tq-search" -k 1 --probes 1 \
+	    --oversample 10 -i "$F/q.bin" f.tqi
+	assert_equal "$(cut -f3 <<<"$output" | tr '\n' ' ')" "3 250 512 900 1333 1999 "
+}

@@ -222,6 +222,20 @@ EOF
 	! cmp -s orig got
 }
 
+@test "residual codes without originals: --like decodes about the row's list" {
+	"$TQ_BIN/tq-fit" -i "$F/c.bin" --lists 6 --residual -o r.tq
+	"$TQ_BIN/tq-build" -q r.tq --originals none --labels auto -o r.tqi \
+	    "$F/c.glove"
+	# A row decoded about the centre instead would lie far from itself.
+	for w in w3 w42 w150; do
+		run --separate-stderr "$TQ_BIN/tq-search" -k 1 --probes 6 \
+		    --include-self --like r.tqi $w
+		assert_status 0
+		[ "$(cut -f5 <<<"$output")" = $w ] || { show; false; }
+		awk -F'\t' '{ exit !($4 < 0.05) }' <<<"$output" || { show; false; }
+	done
+}
+
 @test "labels refused: auto without labels, counts, an index with or without labels" {
 	run --separate-stderr "$TQ_BIN/tq-build" -q "$F/q.tq" --labels auto \
 	    -o x.tqi "$F/c.bin"

@@ -1284,8 +1284,11 @@ test_hostile(void)
 	CHECK_ST(reload_edited(q, TQ_TAG_QPAR, 0, 0, 0), TQ_ERR_FORMAT);
 	CHECK_ST(reload_edited(q, TQ_TAG_QPAR, 4, 5, 0), TQ_ERR_FORMAT);
 	CHECK_ST(reload_edited(q, TQ_TAG_QPAR, 8, 3, 0), TQ_ERR_FORMAT);
-	CHECK_ST(reload_edited(q, TQ_TAG_QPAR, 12, 4, 0), TQ_ERR_FORMAT);
+	CHECK_ST(reload_edited(q, TQ_TAG_QPAR, 12, 8, 0), TQ_ERR_FORMAT);
 	CHECK_DETAIL("flags");
+	/* Residual codes need lists to be about. */
+	CHECK_ST(reload_edited(q, TQ_TAG_QPAR, 12, 4, 0), TQ_ERR_FORMAT);
+	CHECK_DETAIL("residual codes without lists");
 	CHECK_ST(reload_edited(q, TQ_TAG_QPAR, 24, 2, 0), TQ_ERR_FORMAT);
 	CHECK_ST(reload_edited(q, TQ_TAG_QPAR, 28, 8, 0), TQ_ERR_FORMAT);
 	CHECK_ST(reload_edited(q, TQ_TAG_QPAR, 40, 4, 0), TQ_ERR_FORMAT);

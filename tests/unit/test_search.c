@@ -1596,7 +1596,7 @@ test_bound_codes(void)
 			tq_rotate(q, q->centre, 1, q->rcentre);
 			for (size_t e = 0; e < (size_t)dim * n; e++)
 				x[e] = q->centre[e % dim] + gauss();
-			CHECK_OK(tq_encode_unpacked_rho(q, x, n, 1, codes, fac,
+			CHECK_OK(tq_encode_unpacked_rho(q, x, n, 1, NULL, codes, fac,
 			    rho));
 			for (uint32_t r = 0; r < n; r++) {
 				int near = r % 2 == 0;
