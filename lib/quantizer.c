@@ -286,6 +286,33 @@ data_pass(struct tq_reader *r, uint32_t dim, enum tq_metric metric,
 }
 
 /*
+ * Moves a uniform draw (seeded) of m of the sample's rows to its front:
+ * the rows are kept in the order the data gave them while the sample
+ * holds them all, and the data's order is often not random (GloVe's
+ * words by frequency, a corpus by class or date).  Taking its first m
+ * fitted GloVe-100's 576 lists to its 73 728 most frequent words.
+ */
+static void
+sample_front(struct reservoir *rs, uint32_t dim, size_t m, uint64_t seed)
+{
+	uint64_t g = seed ^ 0x66726f6e74ull;
+	float t;
+
+	for (size_t i = 0; i < m && i + 1 < rs->len; i++) {
+		size_t j = i + (size_t)tq_rand_below(&g, rs->len - i);
+		float *a = rs->rows + i * dim, *b = rs->rows + j * dim;
+
+		if (j == i)
+			continue;
+		for (uint32_t e = 0; e < dim; e++) {
+			t = a[e];
+			a[e] = b[e];
+			b[e] = t;
+		}
+	}
+}
+
+/*
  * The coarse lists: k-means on the sample.  TQ_LISTS_AUTO takes the
  * square root of the rows read, and the default sample (a million rows
  * for AUTO) is cut to TQ_TRAIN_PER_LIST rows a list once the count is
@@ -304,8 +331,10 @@ fit_lists(struct tq_quantizer *q, const struct tq_fit_params *p,
 
 		k = r < 1.0 ? 1 : r > (double)TQ_MAX_LISTS ? TQ_MAX_LISTS :
 		    (uint32_t)r;
-		if (p->train == 0 && m > (size_t)k * TQ_TRAIN_PER_LIST)
+		if (p->train == 0 && m > (size_t)k * TQ_TRAIN_PER_LIST) {
 			m = (size_t)k * TQ_TRAIN_PER_LIST;
+			sample_front(rs, q->dim, m, p->seed);
+		}
 	}
 	if (k > TQ_MAX_LISTS)
 		return tq_fail(TQ_ERR_ARG, "at most %u lists", TQ_MAX_LISTS);

@@ -382,3 +382,27 @@ print([s["offset"] for s in d["sections"] if s["tag"] == "LIST"][0])')
 	    --oversample 10 -i "$F/q.bin" f.tqi
 	assert_equal "$(cut -f3 <<<"$output" | tr '\n' ' ')" "3 250 512 900 1333 1999 "
 }
+
+@test "tq-fit --lists auto: k-means samples all the rows, not the first ones" {
+	# 40 000 rows, the last 14 000 of them from a second cloud: auto fits
+	# 200 lists on 25 600 rows, and the first 25 600 would put all the
+	# second cloud in the few lists at the first one's edge.
+	"$PY" - <<'PYEOF'
+import random, struct
+random.seed(7)
+rows = [[random.gauss(0, 1) + (10 if i >= 26000 and j == 0 else 0)
+         for j in range(4)] for i in range(40000)]
+for name, sel in (("sorted.bin", rows), ("q.bin", rows[::400])):
+    with open(name, "wb") as f:
+        f.write(struct.pack("<II", 4, len(sel)))
+        for r in sel:
+            f.write(struct.pack("<4f", *r))
+PYEOF
+	"$TQ_BIN/tq-build" --lists auto --no-calibrate -o s.tqi sorted.bin
+	"$TQ_BIN/tq-search" -k 1 --probes 1 --stats -i q.bin s.tqi \
+	    >/dev/null 2>st.json
+	# Rows a probe scans: n / lists = 200 for even lists; 100 queries.
+	rows=$(sed -n 's/.*"rows_scanned":\([0-9]*\).*/\1/p' st.json)
+	echo "rows scanned $rows" >&2
+	[ "$rows" -gt 0 ] && [ "$rows" -lt 60000 ]
+}
