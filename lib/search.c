@@ -693,14 +693,8 @@ tq_lut_build(const struct tq_quantizer *q, const float *rq, struct tq_lut *t)
 /* Per-thread work                                                           */
 
 /*
- * Rows [r0, r1) of an index's row space, in blocks [b0, b1), all of
- * segment p: a kernel call never crosses a segment, whose codes alone
- * are contiguous.
- */
-/*
- * Rows [r0, r1) of segment p in blocks [b0, b1): a query's probe of list
- * `list` (flat: every row), with the query's terms of that list's centre
- * (struct qterm).
+ * A query's terms of the centre c its rows were encoded about: the
+ * quantizer's, or with residual codes a list's centroid (tq(5)).
  */
 struct qterm {
 	float qc;	/* <q, c> */
@@ -708,6 +702,13 @@ struct qterm {
 	float qq;	/* |q - c|, a little over (the error bound) */
 };
 
+/*
+ * Rows [r0, r1) of an index's row space, in blocks [b0, b1), all of
+ * segment p: a kernel call never crosses a segment, whose codes alone
+ * are contiguous.  With residual codes a segment is one probed list of
+ * one query, and qt that query's terms of the list (else unused: a flat
+ * segment serves a tile of queries).
+ */
 struct seg {
 	uint64_t b0, b1, r0, r1;
 	const struct tq_part *p;
@@ -1130,8 +1131,9 @@ block_rows(const struct ctx *c, const struct tq_part *p, uint64_t blk,
 }
 
 /*
- * The estimated keys of the rows of blocks [blk, blk + nb) of part p for
- * query i of the chunk, from the kernel's sums acc (32 a block) plus off
+ * The estimated keys of the rows of blocks [blk, blk + nb) of segment
+ * sg's part for query i of the chunk (with sg's terms of the centre for
+ * residual codes), from the kernel's sums acc (32 a block) plus off
  * (struct tq_keypar) and st, the blocks' compact factors decoded
  * (tq_fachdec_fn, 64 floats a block), or NULL: block b's keys into
  * key + 32 b, all 32 rows (a short block's padding rows have zero
