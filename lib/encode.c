@@ -389,7 +389,6 @@ encode_packed(const struct tq_quantizer *q, const float *x, size_t n,
 struct encode_job {
 	const struct tq_quantizer *q;
 	const float *x;
-	const struct tq_enc_lists *el;
 	uint8_t *codes;
 	float *factors;
 	uint16_t *rho;
@@ -397,7 +396,7 @@ struct encode_job {
 	int packed;
 	enum tq_status rc;
 	char detail[256];
-	struct tq_enc_lists elt;	/* el's rows of this job */
+	struct tq_enc_lists el;		/* its rows' lists, or list NULL */
 };
 
 static void *
@@ -407,8 +406,8 @@ encode_worker(void *arg)
 
 	j->rc = j->packed ?
 	    encode_packed(j->q, j->x, j->rows, j->row0, j->codes, j->factors) :
-	    encode_rows(j->q, j->x, j->rows, j->row0, j->el, j->codes,
-	    j->factors, j->rho);
+	    encode_rows(j->q, j->x, j->rows, j->row0, j->el.list != NULL ?
+	    &j->el : NULL, j->codes, j->factors, j->rho);
 	if (j->rc != TQ_OK)
 		snprintf(j->detail, sizeof(j->detail), "%s", tq_errdetail());
 	return NULL;
@@ -443,15 +442,11 @@ encode_split(const struct tq_quantizer *q, const float *x, size_t n,
 	for (t = 0; t < nt; t++) {
 		size_t len = n - at < per ? n - at : per;
 
-		job[t] = (struct encode_job){ q, x + at * q->dim, NULL,
+		job[t] = (struct encode_job){ q, x + at * q->dim,
 		    codes + at * cw, factors + at * TQ_NFACTORS,
 		    rho != NULL ? rho + at : NULL, len, at, packed, TQ_OK,
-		    "", { NULL, NULL } };
-		if (el != NULL) {
-			job[t].elt.list = el->list + at;
-			job[t].elt.rcent = el->rcent;
-			job[t].el = &job[t].elt;
-		}
+		    "", { el != NULL ? el->list + at : NULL,
+		    el != NULL ? el->rcent : NULL } };
 		at += len;
 		started[t] = t > 0 && len > 0 &&
 		    pthread_create(&tid[t], NULL, encode_worker, &job[t]) == 0;
@@ -1029,6 +1024,21 @@ tq_centre_norm2(const struct tq_quantizer *q)
 		for (uint32_t d = 0; d < q->dim; d++)
 			cc += (double)q->centre[d] * (double)q->centre[d];
 	return cc;
+}
+
+const float *
+tq_row_centre(const struct tq_quantizer *q, const struct tq_part *p,
+    uint64_t r, double cc_centre, double *cc)
+{
+	uint32_t l;
+
+	if (!(q->flags & TQ_QFLAG_RESIDUAL)) {
+		*cc = cc_centre;
+		return q->centre;
+	}
+	l = tq_list_of_row(p, q->ivf.nlist, r);
+	*cc = (double)q->ivf.n2[l];
+	return q->ivf.cent + (size_t)l * q->dim;
 }
 
 /*

@@ -447,19 +447,9 @@ pack_blocks(struct build *b, size_t rows)
 }
 
 /*
- * |c|^2 of the centre that the output's row encoded with list l (only
- * read for residual codes) is encoded about: its list's centroid's, or
- * the centre's.
- */
-static inline double
-enc_cc(const struct build *b, uint32_t l)
-{
-	return b->resid ? (double)b->q->ivf.n2[l] : b->cc;
-}
-
-/*
- * The rows' factors from encoding (n rows at f, their lists lab, read
- * for residual codes only) in the output's form.
+ * The rows' factors from encoding (n rows at f) in the output's form;
+ * lab, for residual codes, the lists whose centroids they are about (NULL:
+ * the centre).
  */
 static void
 canon_rows(const struct build *b, float *f, size_t n, const uint32_t *lab)
@@ -467,18 +457,8 @@ canon_rows(const struct build *b, float *f, size_t n, const uint32_t *lab)
 	int l2 = b->q->metric == TQ_METRIC_L2;
 
 	for (size_t i = 0; b->fach && i < n; i++)
-		tq_fach_canon(f + i * TQ_NFACTORS, l2, enc_cc(b, b->resid ?
-		    lab[i] : 0));
-}
-
-/*
- * The list of segment p's local row r for enc_cc: residual codes only
- * (0 otherwise, which enc_cc then does not read).
- */
-static uint32_t
-old_list(const struct build *b, const struct tq_part *p, uint64_t r)
-{
-	return b->resid ? tq_list_of_row(p, b->q->ivf.nlist, r) : 0;
+		tq_fach_canon(f + i * TQ_NFACTORS, l2, lab != NULL ?
+		    (double)b->q->ivf.n2[lab[i]] : b->cc);
 }
 
 /*
@@ -492,18 +472,23 @@ old_factors(const struct build *b, const struct tq_part *p, uint64_t r,
 {
 	unsigned j = (unsigned)(r % TQ_BLOCK);
 	int l2 = b->q->metric == TQ_METRIC_L2;
+	double cc;
 
 	if (p->fach != NULL) {
 		tq_fach_row(p->fach + r / TQ_BLOCK * TQ_FACH_BLOCK, j, f);
-		if (!b->fach)
-			tq_fach_uncanon(f, l2, enc_cc(b, old_list(b, p, r)));
+		if (!b->fach) {
+			(void)tq_row_centre(b->q, p, r, b->cc, &cc);
+			tq_fach_uncanon(f, l2, cc);
+		}
 		return;
 	}
 	for (unsigned k = 0; k < TQ_NFACTORS; k++)
 		f[k] = p->factors[r / TQ_BLOCK * TQ_BLOCK * TQ_NFACTORS +
 		    k * TQ_BLOCK + j];
-	if (b->fach)
-		tq_fach_canon(f, l2, enc_cc(b, old_list(b, p, r)));
+	if (b->fach) {
+		(void)tq_row_centre(b->q, p, r, b->cc, &cc);
+		tq_fach_canon(f, l2, cc);
+	}
 }
 
 /*
@@ -614,8 +599,7 @@ encode_chunk(struct build *b, const float *x, size_t rows, size_t at,
     unsigned threads)
 {
 	const struct tq_quantizer *q = b->q;
-	struct tq_enc_lists el = { b->lab != NULL ? b->lab + at : NULL,
-	    b->rcent };
+	struct tq_enc_lists el = { b->resid ? b->lab + at : NULL, b->rcent };
 
 	TQ_TRY(tq_encode_unpacked_rho(q, x, rows, threads, b->resid ? &el :
 	    NULL, b->codes + at * q->dim, b->factors + at * TQ_NFACTORS,

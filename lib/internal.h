@@ -833,6 +833,15 @@ static inline uint32_t tq_list_of_row(const struct tq_part *p, uint32_t nlist,
 	return lo;
 }
 
+/*
+ * The centre segment p's local row r was encoded about, and its |c|^2 in
+ * *cc: the quantizer's (whose |c|^2 the caller gives, cc_centre), or with
+ * residual codes the row's list's centroid (IVFC's, |c|^2 as a search
+ * sums it).
+ */
+const float *tq_row_centre(const struct tq_quantizer *q,
+    const struct tq_part *p, uint64_t r, double cc_centre, double *cc);
+
 /* An allow-list: bit j of word b = row 32 b + j allowed (and live). */
 struct tq_filter {
 	const struct tq_index *ix;

@@ -270,8 +270,8 @@ row_vector(const struct tq_index *ix, const struct tq_part *p, uint64_t r,
 	size_t d = q->dim;
 	uint8_t *un, *packed;
 	float f[TQ_NFACTORS];
-	const float *fs, *centre = q->centre;
-	double cc = tq_centre_norm2(q);
+	const float *fs, *centre;
+	double cc;
 	enum tq_status st;
 
 	if (ix->originals != TQ_ORIG_NONE) {
@@ -289,12 +289,7 @@ row_vector(const struct tq_index *ix, const struct tq_part *p, uint64_t r,
 	tq_unpack_block_row(q, p->codes + r / TQ_BLOCK * ix->block_bytes,
 	    (unsigned)(r % TQ_BLOCK), un);
 	tq_pack_row(q, un, packed);
-	if (q->flags & TQ_QFLAG_RESIDUAL) {
-		uint32_t l = tq_list_of_row(p, q->ivf.nlist, r);
-
-		centre = q->ivf.cent + (size_t)l * d;
-		cc = (double)q->ivf.n2[l];
-	}
+	centre = tq_row_centre(q, p, r, tq_centre_norm2(q), &cc);
 	if (p->fach != NULL) {
 		tq_fach_row(p->fach + r / TQ_BLOCK * TQ_FACH_BLOCK,
 		    (unsigned)(r % TQ_BLOCK), f);

@@ -706,12 +706,13 @@ struct qterm {
  * Rows [r0, r1) of an index's row space, in blocks [b0, b1), all of
  * segment p: a kernel call never crosses a segment, whose codes alone
  * are contiguous.  With residual codes a segment is one probed list of
- * one query, and qt that query's terms of the list (else unused: a flat
- * segment serves a tile of queries).
+ * one query, and qt that query's terms of the list's centroid (else
+ * unused: a flat segment serves a tile of queries).
  */
 struct seg {
 	uint64_t b0, b1, r0, r1;
 	const struct tq_part *p;
+	uint32_t list;		/* IVF: the list probed */
 	struct qterm qt;
 };
 
@@ -937,7 +938,26 @@ row_window(uint64_t blk, uint64_t r0, uint64_t r1)
 	return m;
 }
 
-/* Query i's terms of the quantizer's centre. */
+/*
+ * A query's terms of a centre c from n2 = |q|^2 (before a cosine query's
+ * normalisation), qc = <q, c> and cc = |c|^2: |q - c|^2 is that of the
+ * query as scored (unit for cosine); its root a little over for the
+ * rounding, the error bound's per-query part.
+ */
+static struct qterm
+centre_qterm(enum tq_metric metric, double n2, double qc, double cc)
+{
+	double qq;
+
+	if (metric == TQ_METRIC_COSINE)
+		n2 = n2 > 0.0 ? 1.0 : 0.0;
+	qq = n2 - 2.0 * qc + cc;
+	return (struct qterm){ (float)qc, metric == TQ_METRIC_L2 ?
+	    (float)-qq : (float)qc,
+	    (float)(sqrt(qq > 0.0 ? qq : 0.0) * (1.0 + 1e-6)) };
+}
+
+/* Query i's terms of the quantizer's centre (prepare). */
 static inline struct qterm
 query_qterm(const struct ctx *c, size_t i)
 {
@@ -945,24 +965,20 @@ query_qterm(const struct ctx *c, size_t i)
 }
 
 /*
- * Query i's terms of list l's centroid (residual codes), as prepare
- * finds those of the centre: <q, c> summed by tq_dot_rows, whatever the
- * path, so that every search gives a row the same key.
+ * Query i's terms of list l's centroid (residual codes): <q, c> summed by
+ * tq_dot_rows, whatever the path, so that every search gives a row the
+ * same key.
  */
 static struct qterm
 list_qterm(const struct ctx *c, size_t i, uint32_t l)
 {
 	const struct tq_ivf *v = &c->q->ivf;
-	double n2 = (double)c->qn2[i], qq;
 	float qc;
 
 	tq_dot_rows(c->qv + i * c->dim, c->dim, 1, v->cent + (size_t)l *
 	    c->dim, 1, c->dim, &qc, 1);
-	if (c->metric == TQ_METRIC_COSINE)
-		n2 = n2 > 0.0 ? 1.0 : 0.0;
-	qq = n2 - 2.0 * (double)qc + (double)v->n2[l];
-	return (struct qterm){ qc, c->metric == TQ_METRIC_L2 ? (float)-qq : qc,
-	    (float)(sqrt(qq > 0.0 ? qq : 0.0) * (1.0 + 1e-6)) };
+	return centre_qterm(c->metric, (double)c->qn2[i], (double)qc,
+	    (double)v->n2[l]);
 }
 
 /* The segments query i of the chunk scans; returns their number. */
@@ -977,7 +993,7 @@ query_segs(const struct ctx *c, size_t i, struct seg *sg)
 			const struct tq_part *p = &ix->parts[s];
 
 			sg[ns++] = (struct seg){ p->block0, p->block0 +
-			    p->nblocks, p->row0, p->row0 + p->n, p,
+			    p->nblocks, p->row0, p->row0 + p->n, p, 0,
 			    { 0.0f, 0.0f, 0.0f } };
 		}
 		return ns;
@@ -995,7 +1011,7 @@ query_segs(const struct ctx *c, size_t i, struct seg *sg)
 			if (r0 < r1)
 				sg[ns++] = (struct seg){ r0 / TQ_BLOCK,
 				    (r1 + TQ_BLOCK - 1) / TQ_BLOCK, r0, r1, p,
-				    qt };
+				    l, qt };
 		}
 	}
 	return ns;
@@ -1008,16 +1024,10 @@ query_segs(const struct ctx *c, size_t i, struct seg *sg)
 static void
 lq_fill(struct worker *w, const struct seg *sg, size_t ns)
 {
-	const struct tq_index *ix = w->c->ix;
-
 	if (!w->c->resid)
 		return;
-	for (size_t e = 0; e < ns; e++) {
-		const struct tq_part *p = sg[e].p;
-
-		w->lq[tq_list_of_row(p, ix->nlist, sg[e].r0 - p->row0)] =
-		    sg[e].qt;
-	}
+	for (size_t e = 0; e < ns; e++)
+		w->lq[sg[e].list] = sg[e].qt;
 }
 
 /*
@@ -3004,14 +3014,12 @@ prepare(const struct tq_quantizer *q, const float *qv, size_t m,
 	uint32_t dim = q->dim;
 	int cosine = q->metric == TQ_METRIC_COSINE;
 
-	double cc = 0.0;
+	double cc = tq_centre_norm2(q);
 
-	if (q->centre != NULL)
-		for (uint32_t d = 0; d < dim; d++)
-			cc += (double)q->centre[d] * (double)q->centre[d];
 	for (size_t i = 0; i < m; i++) {
 		const float *x = qv + i * dim;
-		double qc = 0.0, n2 = 0.0, qq;
+		double qc = 0.0, n2 = 0.0;
+		struct qterm qt;
 		uint32_t d;
 
 		if (cosine) {
@@ -3024,15 +3032,11 @@ prepare(const struct tq_quantizer *q, const float *qv, size_t m,
 		if (q->centre != NULL)
 			for (d = 0; d < dim; d++)
 				qc += (double)x[d] * (double)q->centre[d];
-		s->qc[i] = (float)qc;
+		qt = centre_qterm(q->metric, n2, qc, cc);
+		s->qc[i] = qt.qc;
 		s->qn2[i] = (float)n2;
-		/*
-		 * |q - c|^2 of the query as scored (unit for cosine), a
-		 * little over for the rounding; the bound's per-query part.
-		 */
-		qq = (cosine ? (n2 > 0.0 ? 1.0 : 0.0) : n2) - 2.0 * qc + cc;
-		s->qk[i] = q->metric == TQ_METRIC_L2 ? (float)-qq : (float)qc;
-		s->qq[i] = (float)(sqrt(qq > 0.0 ? qq : 0.0) * (1.0 + 1e-6));
+		s->qk[i] = qt.qk;
+		s->qq[i] = qt.qq;
 	}
 	if (cosine)
 		qv = s->qv;
@@ -3120,8 +3124,8 @@ run_split(struct ctx *c, struct scratch *s, size_t i)
 		vb += s->segs[e].b1 - s->segs[e].b0;
 	if (vb < n)
 		n = vb > 0 ? (unsigned)vb : 1;
+	lq_fill(&s->w[0], s->segs, c->nseg);	/* w0 finishes the query */
 	for (t = 0; t < n; t++) {
-		lq_fill(&s->w[t], s->segs, c->nseg);
 		s->w[t].by_blocks = 1;
 		s->w[t].b0 = vb * t / n;
 		s->w[t].b1 = vb * (t + 1) / n;
