@@ -756,7 +756,6 @@ struct ctx {
 	const struct tq_lut *lut;
 	const struct seg *segs;
 	size_t nseg;
-	float rmargin;		/* block-mode range search: its margin */
 	int timed;		/* stats asked: time the phases */
 	/* Error-bounded re-rank: on; each query's |q - c| (a little over);
 	   2 z / sqrt(d - 1) (a little over); rho of rows without their own. */
@@ -2517,11 +2516,21 @@ add_hit(struct worker *w, float key, uint64_t id)
  * are then scored exactly (originals) or with float tables.
  */
 #define RANGE_Z 6.0
-/* The margin of query i for its tables t: see range_one. */
+/*
+ * The margin of query i, tables t, in segment sg: see above.  The
+ * estimator errs by s <R (q - c), yhat - <u, yhat> u> (encode.c), so its
+ * deviation scales with |q - c|, c the point the rows are encoded about
+ * (the centre, or with residual codes the segment's list centroid), not
+ * with |q|: that was wider than needed where the data lie off the origin
+ * and narrower for a query farther from c than from the origin.
+ */
 static float
-range_margin(const struct ctx *c, const struct tq_lut *t, size_t i)
+range_margin(const struct ctx *c, const struct tq_lut *t, size_t i,
+    const struct seg *sg)
 {
-	return (float)(c->rsigma * sqrt((double)c->qn2[i]) + (double)t->err);
+	double qq = c->resid ? (double)sg->qt.qq : (double)c->qq[i];
+
+	return (float)((double)c->rsigma * qq + (double)t->err);
 }
 
 /*
@@ -2531,11 +2540,11 @@ range_margin(const struct ctx *c, const struct tq_lut *t, size_t i)
  */
 static int
 range_collect(struct worker *w, const struct tq_lut *t, size_t i,
-    float margin_q, uint64_t b0, uint64_t b1, const struct seg *sg)
+    uint64_t b0, uint64_t b1, const struct seg *sg)
 {
 	const struct ctx *c = w->c;
 	int l2 = c->metric == TQ_METRIC_L2;
-	float qn2 = c->qn2[i];
+	float qn2 = c->qn2[i], margin_q = range_margin(c, t, i, sg);
 	float keys[SCAN_BLOCKS * TQ_BLOCK];
 	uint32_t above[SCAN_BLOCKS];
 	uint64_t b;
@@ -2646,11 +2655,9 @@ range_one(struct worker *w, size_t i)
 	const struct ctx *c = w->c;
 	struct tq_lut *t = &w->lut[0];
 	size_t nseg;
-	float margin_q;
 	double t0 = c->timed ? now() : 0.0, t1;
 
 	tq_lut_build(c->q, c->rq + i * c->dim, t);
-	margin_q = range_margin(c, t, i);
 	t1 = c->timed ? now() : 0.0;
 	w->st.t_tables += t1 - t0;
 	w->nhits = 0;
@@ -2658,7 +2665,7 @@ range_one(struct worker *w, size_t i)
 	advise_segs(c, w->segs, nseg);
 	lq_fill(w, w->segs, nseg);
 	for (size_t e = 0; e < nseg; e++)
-		if (range_collect(w, t, i, margin_q, w->segs[e].b0,
+		if (range_collect(w, t, i, w->segs[e].b0,
 		    w->segs[e].b1, &w->segs[e]) != 0) {
 			c->rres[i].nomem = 1;
 			return;
@@ -2697,7 +2704,7 @@ run(void *arg)
 
 			if (lo < hi && c->range)
 				w->nomem |= range_collect(w, c->lut, c->query,
-				    c->rmargin, sg->b0 + lo - v,
+				    sg->b0 + lo - v,
 				    sg->b0 + hi - v, sg) != 0;
 			else if (lo < hi)
 				scan_range(w, c->lut, c->query, sg->b0 + lo - v,
@@ -3113,8 +3120,6 @@ run_split(struct ctx *c, struct scratch *s, size_t i)
 	c->qerr[i] = round_width(c, &w0->lut[0]);
 	c->query = i;
 	c->lut = &w0->lut[0];
-	if (c->range)
-		c->rmargin = range_margin(c, &w0->lut[0], i);
 	if (c->timed)
 		w0->st.t_tables += now() - t0;
 	c->nseg = query_segs(c, i, s->segs);

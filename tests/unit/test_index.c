@@ -404,9 +404,81 @@ test_range_one(enum tq_metric m, unsigned bits, enum tq_originals o)
 	free(qs);
 }
 
+/*
+ * Range search where the rows lie off the origin and the queries near it
+ * (l2), or opposite the rows' mean (cosine), so that |q - c| is several
+ * times |q| for the point c the rows are encoded about (the fitted centre,
+ * or each list's centroid): the margin must scale with |q - c|.  With a
+ * margin of |q| this missed a fifth of the rows within the radius.  All
+ * lists are probed, so the originals make it brute force.
+ */
+static void
+test_range_centred_one(enum tq_metric m, int residual)
+{
+	const uint32_t dim = 32, n = 600, nq = 8, nl = 4;
+	struct tq_fit_params fp;
+	struct tq_quantizer *q = NULL;
+	struct tq_reader *r;
+	struct tq_index *ix;
+	struct tq_search_params sp;
+	struct tq_range res;
+	float *x = make_data(n, dim), qs[8 * 32];
+	struct cand c[600];
+	uint64_t missed = 0;
+
+	for (size_t i = 0; i < n * dim; i++)
+		x[i] += 6.0f;
+	for (size_t i = 0; i < nq * dim; i++)
+		qs[i] = (m == TQ_METRIC_L2 ? 0.0f : -6.0f) + 0.1f * gauss();
+	write_fixture(unit_path("rc.bin"), x, n, dim);
+	CHECK_OK(tq_reader_open(unit_path("rc.bin"), NULL, &r));
+	tq_fit_params_default(&fp);
+	fp.bits = 2;
+	fp.metric = m;
+	fp.lists = residual ? nl : 0;
+	fp.residual = residual;
+	CHECK_OK(tq_quantizer_fit(&fp, r, &q));
+	tq_reader_close(r);
+	CHECK_OK(build(q, x, n, NULL, TQ_ORIG_F32, unit_path("rc.tqi")));
+	CHECK_OK(tq_index_open(unit_path("rc.tqi"), &ix));
+	tq_search_params_default(&sp);
+	sp.probes = residual ? nl : 0;
+	sort_metric = m;
+	for (size_t i = 0; i < nq; i++) {
+		float radius;
+		size_t want = 100;
+
+		for (uint64_t e = 0; e < n; e++) {
+			c[e].s = score(m, qs + i * dim, x + e * dim, dim);
+			c[e].id = e;
+		}
+		qsort(c, n, sizeof(*c), cmp_cand);
+		radius = (float)((c[want - 1].s + c[want].s) / 2);
+		sp.threads = (unsigned)(i % 3);
+		CHECK_OK(tq_search_range(ix, qs + i * dim, 1, &sp, radius, 0,
+		    &res));
+		if (res.off[1] < want)
+			missed += want - res.off[1];
+		CHECK(res.off[1] == want);
+		for (size_t j = 0; j < res.off[1] && j < want; j++)
+			CHECK(res.ids[j] == c[j].id);
+		tq_range_free(&res);
+	}
+	if (missed > 0)
+		fprintf(stderr, "range, rows off the origin: %llu of %llu "
+		    "missed\n", (unsigned long long)missed,
+		    (unsigned long long)(nq * 100));
+	tq_index_close(ix);
+	tq_quantizer_free(q);
+	free(x);
+}
+
 static void
 test_range(void)
 {
+	test_range_centred_one(TQ_METRIC_L2, 0);
+	test_range_centred_one(TQ_METRIC_L2, 1);
+	test_range_centred_one(TQ_METRIC_COSINE, 0);
 	test_range_one(TQ_METRIC_L2, 4, TQ_ORIG_F32);
 	test_range_one(TQ_METRIC_L2, 1, TQ_ORIG_F32);
 	test_range_one(TQ_METRIC_IP, 2, TQ_ORIG_F32);
