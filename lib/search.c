@@ -1030,6 +1030,17 @@ lq_fill(struct worker *w, const struct seg *sg, size_t ns)
 }
 
 /*
+ * The terms of query i for the rows of segment sg: those of the segment's
+ * list (residual codes), or the query's own (a flat segment serves a tile
+ * of queries, each with its own).
+ */
+static inline struct qterm
+seg_qterm(const struct ctx *c, const struct seg *sg, size_t i)
+{
+	return c->resid ? sg->qt : query_qterm(c, i);
+}
+
+/*
  * The terms of query i for row r: its list's (residual codes; the row
  * lies in a list the query probed, whose terms lq_fill put in w->lq), or
  * the query's own.
@@ -1155,8 +1166,7 @@ run_keys(const struct ctx *c, const struct seg *sg, const struct tq_lut *t,
     const float *st, float thr, float *key, uint32_t *above)
 {
 	const struct tq_part *p = sg->p;
-	/* Flat segments serve a tile of queries: each its own terms. */
-	struct qterm qt = c->resid ? sg->qt : query_qterm(c, i);
+	struct qterm qt = seg_qterm(c, sg, i);
 	struct tq_keypar kp = { t->scale, t->bias, qt.qc, c->qn2[i],
 	    c->metric == TQ_METRIC_L2, off, qt.qk };
 
@@ -2528,9 +2538,8 @@ static float
 range_margin(const struct ctx *c, const struct tq_lut *t, size_t i,
     const struct seg *sg)
 {
-	double qq = c->resid ? (double)sg->qt.qq : (double)c->qq[i];
-
-	return (float)((double)c->rsigma * qq + (double)t->err);
+	return (float)((double)c->rsigma * (double)seg_qterm(c, sg, i).qq +
+	    (double)t->err);
 }
 
 /*
