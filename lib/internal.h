@@ -395,6 +395,8 @@ struct tq_quantizer {
 	size_t rot_len;			/* bytes of rot */
 	float *centre;			/* dim floats (zero if not centred) */
 	float *rcentre;			/* R * centre, dim floats */
+	double cc;			/* |centre|^2 (tq_centre_norm2),
+					   set with the centre */
 	void *mem;			/* if non-NULL, frees rot/centre */
 	int borrowed;			/* rot/centre point into a mapping */
 	struct tq_ivf ivf;

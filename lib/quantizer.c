@@ -440,6 +440,7 @@ tq_quantizer_fit(const struct tq_fit_params *p, struct tq_reader *data,
 		goto fail;
 	if (data != NULL && !p->no_centre)
 		tq_rotate(q, q->centre, 1, q->rcentre);
+	q->cc = tq_centre_norm2(q);
 	free(rs.rows);
 	*out = q;
 	return TQ_OK;
@@ -777,6 +778,7 @@ tq_quantizer_from_file(const struct tq_file *f, int copy,
 		q->rot = (float *)(uintptr_t)rp;
 		q->centre = (float *)(uintptr_t)ep;
 		q->rcentre = q->centre + dim;
+		q->cc = tq_centre_norm2(q);
 		*out = q;
 		return TQ_OK;
 	}
@@ -793,6 +795,7 @@ tq_quantizer_from_file(const struct tq_file *f, int copy,
 		q->rot[i] = rd_lef32(rp + 4 * i);
 	for (i = 0; i < 2 * dim; i++)
 		q->centre[i] = rd_lef32(ep + 4 * i);
+	q->cc = tq_centre_norm2(q);
 	*out = q;
 	return TQ_OK;
 fail:
