@@ -201,6 +201,7 @@ stats_add(struct tq_search_stats *a, const struct tq_search_stats *b)
 	a->originals_read += b->originals_read;
 	a->originals_bytes += b->originals_bytes;
 	a->results += b->results;
+	a->widened += b->widened;
 	a->t_prepare += b->t_prepare;
 	a->t_tables += b->t_tables;
 	a->t_scan += b->t_scan;
@@ -237,7 +238,7 @@ stats_print(const struct tq_search_stats *a, long long batch, double wall)
 	fprintf(stderr, "\"queries\":%llu,\"lists_probed\":%llu,"
 	    "\"rows_scanned\":%llu,\"candidates\":%llu,\"refined\":%llu,"
 	    "\"reranked\":%llu,\"originals_read\":%llu,"
-	    "\"originals_bytes\":%llu,\"results\":%llu,"
+	    "\"originals_bytes\":%llu,\"results\":%llu,\"widened\":%llu,"
 	    "\"t_prepare\":%.6f,\"t_tables\":%.6f,\"t_scan\":%.6f,"
 	    "\"t_refine\":%.6f,\"t_rerank\":%.6f,\"t_wall\":%.6f}\n",
 	    (unsigned long long)a->queries,
@@ -248,7 +249,8 @@ stats_print(const struct tq_search_stats *a, long long batch, double wall)
 	    (unsigned long long)a->reranked,
 	    (unsigned long long)a->originals_read,
 	    (unsigned long long)a->originals_bytes,
-	    (unsigned long long)a->results, a->t_prepare, a->t_tables,
+	    (unsigned long long)a->results,
+	    (unsigned long long)a->widened, a->t_prepare, a->t_tables,
 	    a->t_scan, a->t_refine, a->t_rerank, wall);
 }
 

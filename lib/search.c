@@ -771,6 +771,21 @@ struct ctx {
 	   the largest |s| and |s| rho of the rows (part_wmax). */
 	int prune;
 	double ps, psr;
+	/*
+	 * Error-bounded re-rank over several passes (search_auto): the
+	 * exact keys an earlier pass read for each query of the chunk, or
+	 * NULL; and where this pass leaves them for a query it marks for
+	 * the next (its entry set), or NULL for no next pass.
+	 */
+	const struct known *const *known;
+	struct known **known_out;
+};
+
+/* Rows read by a pass of the error-bounded re-rank: n, rows ascending. */
+struct known {
+	uint32_t n;
+	uint64_t *row;
+	float *key;
 };
 
 /*
@@ -2166,6 +2181,213 @@ contenders(struct acand *ac, uint32_t n, float fl)
 }
 
 /*
+ * The stage of finish_auto over ac[0 .. n), whose intervals are set:
+ * refines and reads until no candidate can go either way, and returns
+ * m, with the results among ac[0 .. m) (those whose upper end reaches
+ * w->sel[0]).  Candidates already refined (state 1) or read (state 2) by
+ * an earlier stage keep their intervals: none is refined or read twice.
+ */
+static uint32_t
+auto_stage(struct worker *w, size_t i, uint32_t n, uint32_t k,
+    uint32_t *done, double *tr)
+{
+	const struct ctx *c = w->c;
+	double t0 = tr != NULL ? now() : 0.0;
+	const float *qv = c->qv + i * c->dim;
+	struct acand *ac = w->ac;
+	uint32_t t, e, m, pf, ns, nu, adv, nr = 0;
+	float fl;
+	size_t qi[REFINE_ROWS] = { i, i, i, i };
+
+	floor_init(w, n, k);
+	/*
+	 * Only those reaching the k-th best lower end are walked, so only
+	 * they are sorted; the rest only if that end falls below where it
+	 * started (a refined lower end below its scan one).
+	 */
+	fl = w->sel[0];
+	ns = contenders(ac, n, fl);
+	sort_acand(ac, ns, w->actmp);
+
+	/*
+	 * Best scan upper end first, those that still reach the k-th best
+	 * lower end are scored again with unrounded tables, a few rows at a
+	 * time; the tighter lower ends raise it.
+	 */
+	for (m = 0;;) {
+		uint64_t rows[REFINE_ROWS];
+		uint32_t at[REFINE_ROWS];
+		float rk[REFINE_ROWS];
+		unsigned u;
+
+		if (ns < n && w->sel[0] < fl) {
+			sort_acand(ac + ns, n - ns, w->actmp);
+			ns = n;
+		}
+		if (m >= n || ac[m].up < w->sel[0])
+			break;
+		for (e = 0; e < REFINE_ROWS && m < n &&
+		    ac[m].up >= w->sel[0]; m++)
+			if (ac[m].state == 0) {
+				at[e] = m;
+				rows[e++] = ac[m].row;
+			}
+		if (e == 0)
+			continue;
+		refined_keys(c, w, qi, rows, e, rk);
+		nr += e;
+		for (u = 0; u < e; u++) {
+			struct acand *a = &ac[at[u]];
+			float old = a->lo;
+
+			a->key = rk[u];
+			a->state = 1;
+			auto_bounds(c, w, i, a);
+			if (floor_raise(w, k, old, a->lo) != 0)
+				floor_init(w, n, k);
+		}
+	}
+	w->st.refined += nr;
+	floor_init(w, m, k);
+	m = contenders(ac, m, w->sel[0]);
+	sort_acand(ac, m, w->actmp);
+	/*
+	 * Every candidate's upper end counts against the others', but only
+	 * those at or above the lowest lower end of the contenders can
+	 * count (count_at_least is asked of their lower ends, which do not
+	 * change until they are read).
+	 */
+	fl = INFINITY;
+	for (t = 0; t < m; t++)
+		fl = ac[t].lo < fl ? ac[t].lo : fl;
+	for (t = 0, nu = 0; t < n; t++)
+		if (ac[t].up >= fl)
+			w->ups[nu++] = ac[t].up;
+	sort_fdesc(w->ups, nu, w->ftmp);
+	if (tr != NULL)
+		*tr += now() - t0;
+
+	/*
+	 * The originals of the next RERANK_AHEAD candidates not settled
+	 * when they were looked at are requested while others are scored
+	 * (those settled later are requested for nothing).
+	 */
+	/*
+	 * Larger than memory: the first ADVISE_FIRST x k of those that may be
+	 * read are asked for at once, then k more of those still open each
+	 * time the walk passes the last one asked for.  Reads settle others:
+	 * asking for every open one at the start read from disk about twice
+	 * the originals the walk used at 2 bits (text-384: 212 KiB a query
+	 * against 133-143 now, 24.6 originals used).
+	 */
+	adv = c->ix->beyond_memory ? advise_open(w, 0, m, nu, k,
+	    ADVISE_FIRST * k) : m;
+	for (pf = 0, e = 0; pf < m && e < RERANK_AHEAD; pf++)
+		if (ac[pf].state != 2 &&
+		    count_at_least(w->ups, nu, ac[pf].lo) > k) {
+			prefetch_original(c, ac[pf].row);
+			e++;
+		}
+	for (t = 0; t < m && ac[t].up >= w->sel[0]; t++) {
+		struct acand *a = &ac[t];
+		float key;
+
+		if (a->state == 2 || count_at_least(w->ups, nu, a->lo) <= k)
+			continue;	/* a result, whatever the others */
+		if (t >= adv)
+			adv = advise_open(w, t, m, nu, k, k);
+		for (pf = pf > t ? pf : t + 1; pf < m; pf++)
+			if (ac[pf].state != 2 &&
+			    count_at_least(w->ups, nu, ac[pf].lo) > k) {
+				prefetch_original(c, ac[pf++].row);
+				break;
+			}
+		exact_keys(c, w, qv, &a->row, 1, &key);
+		if (key != key)		/* a hostile file's NaN original */
+			key = -INFINITY;
+		(*done)++;
+		ups_replace(w->ups, nu, a->up, key);
+		e = floor_raise(w, k, a->lo, key) != 0;
+		a->key = a->lo = a->up = key;
+		a->state = 2;
+		if (e)
+			floor_init(w, m, k);
+	}
+	return m;
+}
+
+/* The exact key of row r in x (rows ascending), or NaN. */
+static float
+known_key(const struct known *x, uint64_t r)
+{
+	uint32_t lo = 0, hi = x != NULL ? x->n : 0;
+
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+
+		if (x->row[mid] < r)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < (x != NULL ? x->n : 0) && x->row[lo] == r ? x->key[lo] :
+	    NAN;
+}
+
+/* Rows ascending, for known_key. */
+static inline int
+known_before(const struct acand *x, const struct acand *y)
+{
+	return x->row < y->row;
+}
+
+DEFINE_MERGE_SORT(sort_known, struct acand, known_before)
+
+/*
+ * Keeps the exact keys of the candidates read (state 2) of ac[0 .. n)
+ * for query i's next pass, in c->known_out[i]; without the memory, none
+ * (the next pass reads them again).
+ */
+static void
+keep_known(struct worker *w, size_t i, uint32_t n)
+{
+	const struct ctx *c = w->c;
+	const struct acand *ac = w->ac;
+	struct acand *buf;
+	struct known *x;
+	uint32_t t, e;
+
+	for (t = 0, e = 0; t < n; t++)
+		e += ac[t].state == 2;
+	x = malloc(sizeof(*x));
+	buf = tq_mallocarray(2 * (size_t)(e ? e : 1), sizeof(*buf));
+	if (x != NULL) {
+		x->row = tq_mallocarray(e ? e : 1, sizeof(*x->row));
+		x->key = tq_mallocarray(e ? e : 1, sizeof(*x->key));
+	}
+	if (x == NULL || buf == NULL || x->row == NULL || x->key == NULL) {
+		if (x != NULL) {
+			free(x->row);
+			free(x->key);
+		}
+		free(x);
+		free(buf);
+		return;
+	}
+	for (t = 0, e = 0; t < n; t++)
+		if (ac[t].state == 2)
+			buf[e++] = ac[t];
+	sort_known(buf, e, buf + e);
+	for (t = 0; t < e; t++) {
+		x->row[t] = buf[t].row;
+		x->key[t] = buf[t].key;
+	}
+	x->n = e;
+	free(buf);
+	c->known_out[i] = x;
+}
+
+/*
  * Error-bounded re-rank of query i's candidates (tq.h, tq(5) "Error
  * bound").  Every candidate gets a score interval from its scan key
  * (auto_bounds); with L the k-th best lower end, one whose upper end is
@@ -2179,18 +2401,25 @@ contenders(struct acand *ac, uint32_t n, float fl)
  * at the first upper end below L.  The results are then the best k by key
  * of those left; a candidate settled without its original lies among them
  * whatever the keys of the others.
+ *
+ * The scan kept at most c->kc candidates.  The rows it left out had keys
+ * at most the lowest kept, kmin.  If kmin plus the mean reach of the
+ * candidates' upper ends above their keys still reaches the final L, rows
+ * like them could be results: the query is marked for a pass with more
+ * room (search_auto), which knows the exact keys read here.
  */
 static void
 finish_auto(struct worker *w, size_t i, const struct tq_topk *cand)
 {
 	const struct ctx *c = w->c;
-	const float *qv = c->qv + i * c->dim;
 	struct acand *ac = w->ac;
+	const struct known *kn = c->known != NULL ? c->known[i] : NULL;
 	uint32_t n = cand->len, k = c->k < n ? c->k : n, t, e, m;
-	uint32_t done = 0, pf, ns, nu, adv;
-	float fl;
-	size_t qi[REFINE_ROWS] = { i, i, i, i };
-	double t0 = c->timed ? now() : 0.0, tr = 0.0;
+	uint32_t done = 0;
+	float fl, kmin;
+	double reach, tr = 0.0;
+	double t0 = c->timed ? now() : 0.0;
+	int capped;
 
 	tq_topk_reset(&w->fin);
 	if (n == 0)
@@ -2209,122 +2438,42 @@ finish_auto(struct worker *w, size_t i, const struct tq_topk *cand)
 		prune_widths(c, i, &pr);
 		fl = prune_tau(c, w->sel[0], &pr);
 	}
+	capped = c->known_out != NULL && n >= cand->k &&
+	    (uint64_t)cand->k < c->ix->n;
+	kmin = INFINITY;
+	reach = 0.0;
 	for (t = 0, e = 0; t < n; t++) {
 		if (t + BOUNDS_AHEAD < n)
 			prefetch_bounds(c, cand->id[t + BOUNDS_AHEAD]);
+		kmin = cand->key[t] < kmin ? cand->key[t] : kmin;
 		if (cand->key[t] < fl)
 			continue;
 		ac[e].row = cand->id[t];
 		ac[e].key = cand->key[t];
 		ac[e].state = 0;
-		auto_bounds(c, w, i, &ac[e++]);
-	}
-	n = e;
-	floor_init(w, n, k);
-	/*
-	 * Only those reaching the k-th best lower end are walked, so only
-	 * they are sorted; the rest only if that end falls below where it
-	 * started (a refined lower end below its scan one).
-	 */
-	fl = w->sel[0];
-	ns = contenders(ac, n, fl);
-	sort_acand(ac, ns, w->actmp);
+		auto_bounds(c, w, i, &ac[e]);
+		reach += (double)ac[e].up - (double)ac[e].key;
+		if (kn != NULL) {
+			/* Read by an earlier pass: exact. */
+			float x = known_key(kn, ac[e].row);
 
-	/*
-	 * Best scan upper end first, those that still reach the k-th best
-	 * lower end are scored again with unrounded tables, a few rows at a
-	 * time; the tighter lower ends raise it.
-	 */
-	for (m = 0;; m += e) {
-		uint64_t rows[REFINE_ROWS];
-		float rk[REFINE_ROWS];
-		unsigned u;
-
-		if (ns < n && w->sel[0] < fl) {
-			sort_acand(ac + ns, n - ns, w->actmp);
-			ns = n;
-		}
-		if (m >= n || ac[m].up < w->sel[0])
-			break;
-		for (e = 0; e < REFINE_ROWS && m + e < n &&
-		    ac[m + e].up >= w->sel[0]; e++)
-			rows[e] = ac[m + e].row;
-		refined_keys(c, w, qi, rows, e, rk);
-		for (u = 0; u < e; u++) {
-			struct acand *a = &ac[m + u];
-			float old = a->lo;
-
-			a->key = rk[u];
-			a->state = 1;
-			auto_bounds(c, w, i, a);
-			if (floor_raise(w, k, old, a->lo) != 0)
-				floor_init(w, n, k);
-		}
-	}
-	w->st.refined += m;
-	floor_init(w, m, k);
-	m = contenders(ac, m, w->sel[0]);
-	sort_acand(ac, m, w->actmp);
-	/*
-	 * Every candidate's upper end counts against the others', but only
-	 * those at or above the lowest lower end of the contenders can
-	 * count (count_at_least is asked of their lower ends, which do not
-	 * change until they are read).
-	 */
-	fl = INFINITY;
-	for (t = 0; t < m; t++)
-		fl = ac[t].lo < fl ? ac[t].lo : fl;
-	for (t = 0, nu = 0; t < n; t++)
-		if (ac[t].up >= fl)
-			w->ups[nu++] = ac[t].up;
-	sort_fdesc(w->ups, nu, w->ftmp);
-	if (c->timed)
-		tr = now() - t0;
-
-	/*
-	 * The originals of the next RERANK_AHEAD candidates not settled
-	 * when they were looked at are requested while others are scored
-	 * (those settled later are requested for nothing).
-	 */
-	/*
-	 * Larger than memory: the first ADVISE_FIRST x k of those that may be
-	 * read are asked for at once, then k more of those still open each
-	 * time the walk passes the last one asked for.  Reads settle others:
-	 * asking for every open one at the start read from disk about twice
-	 * the originals the walk used at 2 bits (text-384: 212 KiB a query
-	 * against 133-143 now, 24.6 originals used).
-	 */
-	adv = c->ix->beyond_memory ? advise_open(w, 0, m, nu, k,
-	    ADVISE_FIRST * k) : m;
-	for (pf = 0, e = 0; pf < m && e < RERANK_AHEAD; pf++)
-		if (count_at_least(w->ups, nu, ac[pf].lo) > k) {
-			prefetch_original(c, ac[pf].row);
-			e++;
-		}
-	for (t = 0; t < m && ac[t].up >= w->sel[0]; t++) {
-		struct acand *a = &ac[t];
-		float key;
-
-		if (count_at_least(w->ups, nu, a->lo) <= k)
-			continue;	/* a result, whatever the others */
-		if (t >= adv)
-			adv = advise_open(w, t, m, nu, k, k);
-		for (pf = pf > t ? pf : t + 1; pf < m; pf++)
-			if (count_at_least(w->ups, nu, ac[pf].lo) > k) {
-				prefetch_original(c, ac[pf++].row);
-				break;
+			if (x == x) {
+				ac[e].key = ac[e].lo = ac[e].up = x;
+				ac[e].state = 2;
 			}
-		exact_keys(c, w, qv, &a->row, 1, &key);
-		if (key != key)		/* a hostile file's NaN original */
-			key = -INFINITY;
-		done++;
-		ups_replace(w->ups, nu, a->up, key);
-		e = floor_raise(w, k, a->lo, key) != 0;
-		a->key = a->lo = a->up = key;
-		a->state = 2;
-		if (e)
-			floor_init(w, m, k);
+		}
+		e++;
 	}
+	if (kmin < fl || e == 0)
+		capped = 0;
+	else
+		reach /= e;
+	n = e;
+	if (c->timed)
+		tr = now() - t0;	/* the bounds count as refinement */
+	m = auto_stage(w, i, n, k, &done, c->timed ? &tr : NULL);
+	if (capped && (double)kmin + reach >= (double)w->sel[0])
+		keep_known(w, i, n);
 	for (t = 0; t < m; t++) {
 		uint64_t id;
 
@@ -3237,12 +3386,17 @@ cap_cands(double want, uint64_t n)
 	return want > (double)UINT32_MAX ? UINT32_MAX : (uint32_t)want;
 }
 
-enum tq_status
-tq_search_refine(const struct tq_index *ix, const float *queries, size_t nq,
-    const struct tq_search_params *p, unsigned refine, uint64_t *ids,
-    float *scores)
+/*
+ * One pass of tq_search_refine: the error-bounded re-rank keeps k * cap
+ * candidates a query; known and known_out (nq entries, or NULL) as in
+ * struct ctx.
+ */
+static enum tq_status
+search_pass(const struct tq_index *ix, const float *queries, size_t nq,
+    const struct tq_search_params *p, unsigned refine, unsigned cap,
+    const struct known *const *known, struct known **known_out,
+    uint64_t *ids, float *scores)
 {
-	struct tq_search_params def;
 	const struct tq_quantizer *q;
 	struct scratch s;
 	struct ctx c;
@@ -3254,13 +3408,6 @@ tq_search_refine(const struct tq_index *ix, const float *queries, size_t nq,
 	double tprep = 0.0, t0;
 	enum tq_status st;
 
-	if (ix == NULL || (nq > 0 && (queries == NULL || ids == NULL ||
-	    scores == NULL)))
-		return tq_fail(TQ_ERR_ARG, "search: NULL argument");
-	if (p == NULL) {
-		tq_search_params_default(&def);
-		p = &def;
-	}
 	if (p->k < 1)
 		return tq_fail(TQ_ERR_ARG, "k must be at least 1");
 	if (isnan(p->oversample))
@@ -3296,7 +3443,7 @@ tq_search_refine(const struct tq_index *ix, const float *queries, size_t nq,
 	kr = 0;
 	{
 		double want = tq_k_times(p->k, p->oversample < 0.0f ?
-		    TQ_AUTO_CAP : p->oversample > 1.0f ?
+		    (double)cap : p->oversample > 1.0f ?
 		    (double)p->oversample : (double)refine);
 
 		if (cap_cands(want, ix->n) > kc)
@@ -3404,11 +3551,163 @@ tq_search_refine(const struct tq_index *ix, const float *queries, size_t nq,
 			break;
 		c.ids = ids + c0 * p->k;
 		c.scores = scores + c0 * p->k;
+		c.known = known != NULL ? known + c0 : NULL;
+		c.known_out = known_out != NULL ? known_out + c0 : NULL;
 		search_chunk(&c, &s, m);
 	}
 	stats_collect(&s, p->stats, nq, probes, tprep);
 	scratch_free(&s);
 	return st;
+}
+
+/* The stats of a pass again over some queries, added to *to. */
+static void
+stats_add_again(struct tq_search_stats *to,
+    const struct tq_search_stats *a)
+{
+	to->lists_probed += a->lists_probed;
+	to->rows_scanned += a->rows_scanned;
+	to->candidates += a->candidates;
+	to->refined += a->refined;
+	to->reranked += a->reranked;
+	to->originals_read += a->originals_read;
+	to->originals_bytes += a->originals_bytes;
+	to->widened += a->queries;
+	to->t_prepare += a->t_prepare;
+	to->t_tables += a->t_tables;
+	to->t_scan += a->t_scan;
+	to->t_refine += a->t_refine;
+	to->t_rerank += a->t_rerank;
+}
+
+static void
+known_free(struct known **x, size_t n)
+{
+	if (x == NULL)
+		return;
+	for (size_t j = 0; j < n; j++)
+		if (x[j] != NULL) {
+			free(x[j]->row);
+			free(x[j]->key);
+			free(x[j]);
+		}
+	free(x);
+}
+
+/*
+ * The error-bounded re-rank: a pass with room for k * TQ_AUTO_CAP
+ * candidates a query; then the queries whose candidates the room may
+ * have cut short (finish_auto) again, with TQ_AUTO_WIDEN times the room
+ * and the exact keys already read, while the room stays within
+ * TQ_AUTO_WIDE_MAX candidates and below the rows.  A query's mark
+ * depends on it alone, so the results still do not depend on threads or
+ * batches.
+ */
+static enum tq_status
+search_auto(const struct tq_index *ix, const float *queries, size_t nq,
+    const struct tq_search_params *p, unsigned refine, uint64_t *ids,
+    float *scores)
+{
+	struct tq_search_params p2 = *p;
+	struct tq_search_stats st2;
+	struct known **kin = NULL, **kout = NULL;
+	size_t *map = NULL, *at = NULL, cur = nq, m, j, t;
+	size_t d = ix->q->dim, k = p->k;
+	float *qs = NULL, *sc2 = NULL;
+	uint64_t *id2 = NULL;
+	unsigned cap = TQ_AUTO_CAP;
+	enum tq_status st;
+
+#define WIDER(cap) (tq_k_times(p->k, (double)(cap) * TQ_AUTO_WIDEN) <= \
+	TQ_AUTO_WIDE_MAX && tq_k_times(p->k, (cap)) < (double)ix->n)
+	if (WIDER(cap) && (kout = calloc(nq, sizeof(*kout))) == NULL)
+		return tq_fail(TQ_ERR_NOMEM, "search: %zu queries", nq);
+	st = search_pass(ix, queries, nq, p, refine, cap, NULL, kout, ids,
+	    scores);
+	p2.stats = p->stats != NULL ? &st2 : NULL;
+	while (st == TQ_OK && kout != NULL) {
+		for (m = 0, j = 0; j < cur; j++)
+			m += kout[j] != NULL;
+		if (m == 0)
+			break;
+		cap *= TQ_AUTO_WIDEN;
+		free(qs);
+		free(id2);
+		free(sc2);
+		at = tq_mallocarray(m, sizeof(*at));
+		qs = tq_mallocarray(m * d, sizeof(*qs));
+		id2 = tq_mallocarray(m * k, sizeof(*id2));
+		sc2 = tq_mallocarray(m * k, sizeof(*sc2));
+		kin = calloc(m, sizeof(*kin));
+		if (at == NULL || qs == NULL || id2 == NULL || sc2 == NULL ||
+		    kin == NULL) {
+			st = tq_fail(TQ_ERR_NOMEM, "search: %zu queries to "
+			    "search again", m);
+			break;
+		}
+		/* The marked queries, by where they are in the caller's. */
+		for (t = 0, j = 0; j < cur; j++)
+			if (kout[j] != NULL) {
+				at[t] = map != NULL ? map[j] : j;
+				memcpy(qs + t * d, queries + at[t] * d,
+				    d * sizeof(*qs));
+				kin[t++] = kout[j];
+				kout[j] = NULL;
+			}
+		free(kout);
+		kout = NULL;
+		free(map);
+		map = at;
+		at = NULL;
+		cur = m;
+		if (WIDER(cap) && (kout = calloc(m, sizeof(*kout))) == NULL) {
+			st = tq_fail(TQ_ERR_NOMEM, "search: %zu queries", m);
+			break;
+		}
+		st = search_pass(ix, qs, m, &p2, refine, cap,
+		    (const struct known *const *)kin, kout, id2, sc2);
+		known_free(kin, m);
+		kin = NULL;
+		if (st != TQ_OK)
+			break;
+		for (j = 0; j < m; j++) {
+			memcpy(ids + map[j] * k, id2 + j * k, k * sizeof(*ids));
+			memcpy(scores + map[j] * k, sc2 + j * k,
+			    k * sizeof(*scores));
+		}
+		if (p->stats != NULL)
+			stats_add_again(p->stats, &st2);
+	}
+#undef WIDER
+	known_free(kin, cur);
+	known_free(kout, cur);
+	free(map);
+	free(at);
+	free(qs);
+	free(id2);
+	free(sc2);
+	return st;
+}
+
+enum tq_status
+tq_search_refine(const struct tq_index *ix, const float *queries, size_t nq,
+    const struct tq_search_params *p, unsigned refine, uint64_t *ids,
+    float *scores)
+{
+	struct tq_search_params def;
+
+	if (ix == NULL || (nq > 0 && (queries == NULL || ids == NULL ||
+	    scores == NULL)))
+		return tq_fail(TQ_ERR_ARG, "search: NULL argument");
+	if (p == NULL) {
+		tq_search_params_default(&def);
+		p = &def;
+	}
+	if (p->oversample < 0.0f && nq > 0 && p->k >= 1 &&
+	    ix->originals != TQ_ORIG_NONE)
+		return search_auto(ix, queries, nq, p, refine, ids, scores);
+	return search_pass(ix, queries, nq, p, refine, TQ_AUTO_CAP, NULL,
+	    NULL, ids, scores);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -755,7 +755,8 @@ struct tq_search_params {
  *   candidates       candidates the scan kept for the next step, summed
  *                    over the queries (at most k * oversample, or
  *                    k * 4 without re-rank, k * TQ_AUTO_CAP or fewer
- *                    with TQ_OVERSAMPLE_AUTO; for range search those
+ *                    with TQ_OVERSAMPLE_AUTO, up to TQ_AUTO_WIDE_MAX for a
+ *                    query searched again; for range search those
  *                    within the loosened radius)
  *   refined          candidates re-scored with float tables (no re-rank,
  *                    or a range search without originals)
@@ -763,6 +764,9 @@ struct tq_search_params {
  *   originals_read   rows of originals read for that (= reranked)
  *   originals_bytes  their bytes: rows * dim * 4 (f32) or * 2 (f16)
  *   results          results returned (slots with an id, summed)
+ *   widened          TQ_OVERSAMPLE_AUTO: queries searched again with
+ *                    more room for candidates (TQ_AUTO_WIDEN), summed
+ *                    over the passes; the counts above include theirs
  *   t_prepare        normalising, <q, c>, the rotation and choosing the
  *                    lists, in the calling thread (seconds)
  *   t_tables         building the query tables
@@ -786,11 +790,12 @@ struct tq_search_stats {
 	double t_scan;
 	double t_refine;
 	double t_rerank;
+	uint64_t widened;
 };
 /*
  * Error-bounded re-rank (oversample TQ_OVERSAMPLE_AUTO, needs originals):
  * the scan keeps the best k * TQ_AUTO_CAP candidates by estimate (at most
- * the rows), less those whose estimate is so far below the k-th best that
+ * the rows; more for a query searched again, below), less those whose estimate is so far below the k-th best that
  * their upper end, with the widest interval of any row, is below every lower
  * end of the best k (l2 and cosine, k <= 64, vectors stored once, files held
  * in memory; the first such search reads every row's factors once to find
@@ -817,6 +822,15 @@ struct tq_search_stats {
 #define TQ_OVERSAMPLE_AUTO (-1.0f)
 #define TQ_AUTO_Z 2.0
 #define TQ_AUTO_CAP 16u
+/*
+ * A query whose candidates the cap may have cut short (the lowest kept,
+ * widened by the mean reach of the candidates above their estimates,
+ * reaches the k-th best lower end) is searched again with TQ_AUTO_WIDEN
+ * times the room, reading none of the originals already read, while the
+ * room stays within TQ_AUTO_WIDE_MAX candidates (stats: widened).
+ */
+#define TQ_AUTO_WIDEN 4u
+#define TQ_AUTO_WIDE_MAX 4096u
 /* The default probes: this share of the lists (at least 1). */
 #define TQ_PROBES_AUTO_DIV 16u
 /*

@@ -232,6 +232,34 @@ idsets() {
 	done
 }
 
+@test "tq-search --oversample auto: a query the cap of k*16 candidates cut short is searched again" {
+	local k miss ref
+	# Tight clusters and 2-bit codes: the estimates of many rows overlap
+	# the k-th score, more than k * 16 of them.  Before the widening,
+	# every candidate was read (640 of 640 at k 1) and 14 of the 40
+	# nearest and 13 of the 400 top 10 were missed.
+	mkfix c.bin 24 3000 41 --clusters 10
+	mkfix q.bin 24 40 42 --clusters 10
+	"$TQ_BIN/tq-build" -b 2 -o b2.tqi c.bin
+	for k in 1 10; do
+		run --separate-stderr "$TQ_BIN/tq-search" -k $k --stats --oversample auto -i q.bin b2.tqi
+		assert_status 0
+		printf '%s\n' "$output" >auto.tsv
+		[ "$(field widened)" -gt 0 ] || { show; false; }
+		# More candidates than the first pass's k * 16 a query.
+		[ "$(field candidates)" -gt $((40 * 16 * k)) ] || { show; false; }
+		ref=$(counts)
+		"$TQ_BIN/tq-search" -k $k --oversample 1000 -i q.bin -o all.tsv b2.tqi
+		miss=$(comm -13 <(idsets auto.tsv | sort) <(idsets all.tsv | sort) | wc -l)
+		[ "$miss" -le $((k == 1 ? 1 : 4)) ] || { echo "k $k: $miss missed" >&2; false; }
+		# Whatever the threads, kernel and batches: the same results
+		# and counts (a query's widening depends on it alone).
+		run --separate-stderr env TQ_ISA=scalar "$TQ_BIN/tq-search" -k $k --stats --threads 2 --batch 3 --oversample auto -i q.bin b2.tqi
+		assert_equal "$output" "$(cat auto.tsv)"
+		assert_equal "$(counts)" "$ref"
+	done
+}
+
 @test "tq-search --oversample auto reaches recall@10 0.99 (4 bits) and 0.98 (2 bits) on clustered data" {
 	local b r
 	mkfix c64.bin 64 3000 5 --clusters 20
