@@ -3641,6 +3641,8 @@ search_auto(const struct tq_index *ix, const float *queries, size_t nq,
 		kin = calloc(m, sizeof(*kin));
 		if (at == NULL || qs == NULL || id2 == NULL || sc2 == NULL ||
 		    kin == NULL) {
+			free(kin);	/* empty: the marks are still kout's */
+			kin = NULL;
 			st = tq_fail(TQ_ERR_NOMEM, "search: %zu queries to "
 			    "search again", m);
 			break;
