@@ -446,6 +446,7 @@ struct run {
 	double recall[NCUT];
 	double p50, p95, p99, qps;
 	double reads;		/* originals read a query (batch) */
+	double widened;		/* auto: passes again a query (batch) */
 };
 
 /* One oversampling value: batch throughput, recall, single-query latency. */
@@ -479,6 +480,7 @@ measure(const struct tq_index *ix, const float *q, size_t nq, uint32_t dim,
 		die_status(st, NULL);
 	run->qps = (double)nq / (now_seconds() - t0);
 	run->reads = (double)stats.originals_read / (double)nq;
+	run->widened = (double)stats.widened / (double)nq;
 	sp.stats = NULL;
 	for (i = 0; i < nq * (size_t)k; i++)
 		res[i] = ids[i] > INT64_MAX ? -1 : (int64_t)ids[i];
@@ -812,6 +814,9 @@ report(const struct opts *o, const char *corpus, enum tq_metric metric,
 					    cutoffs[c]);
 			printf(",\"originals_read_per_query\":%.2f",
 			    runs[i].reads);
+			if (runs[i].oversample < 0.0f)
+				printf(",\"widened_per_query\":%.4f",
+				    runs[i].widened);
 			printf(",\"p50_ms\":%.4f,\"p95_ms\":%.4f,"
 			    "\"p99_ms\":%.4f,\"qps\":%.1f,\"threads\":%u}",
 			    runs[i].p50, runs[i].p95, runs[i].p99, runs[i].qps,

@@ -182,7 +182,10 @@ for x in r[1:3]:
     assert 0 < x["originals_read_per_query"] <= 160, x
     assert x["recall_at_10"] >= r[0]["recall_at_10"], r
 # z = 1.5 narrows the intervals: it reads no more than z = 2.
-assert r[2]["originals_read_per_query"] <= r[1]["originals_read_per_query"], r' "$output"
+assert r[2]["originals_read_per_query"] <= r[1]["originals_read_per_query"], r
+# Passes again: a share for auto, no field for fixed settings.
+assert "widened_per_query" not in r[0] and "widened_per_query" not in r[3], r
+assert all(0 <= x["widened_per_query"] <= 4 for x in r[1:3]), r' "$output"
 	run --separate-stderr "$TQ_BIN/tq-recall" --corpus c.bin --queries q.bin -k 10 --sweep oversample=auto:1.5 --threads 1
 	assert_status 0
 	[[ "$output" == *" reads "* ]] || { show; false; }
