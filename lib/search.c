@@ -3239,6 +3239,22 @@ prepare(const struct tq_quantizer *q, const float *qv, size_t m,
  * Fills *out (if not NULL) with the sum of the workers' stats, the
  * queries, the lists probed and the time of preparing the queries.
  */
+/* The counts and times of the work after preparing: a's, added to *to. */
+static void
+stats_add_work(struct tq_search_stats *to, const struct tq_search_stats *a)
+{
+	to->rows_scanned += a->rows_scanned;
+	to->candidates += a->candidates;
+	to->refined += a->refined;
+	to->reranked += a->reranked;
+	to->originals_read += a->originals_read;
+	to->originals_bytes += a->originals_bytes;
+	to->t_tables += a->t_tables;
+	to->t_scan += a->t_scan;
+	to->t_refine += a->t_refine;
+	to->t_rerank += a->t_rerank;
+}
+
 static void
 stats_collect(const struct scratch *s, struct tq_search_stats *out,
     size_t nq, uint32_t probes, double t_prepare)
@@ -3250,19 +3266,8 @@ stats_collect(const struct scratch *s, struct tq_search_stats *out,
 	out->lists_probed = (uint64_t)nq * probes;
 	out->t_prepare = t_prepare;
 	for (unsigned t = 0; t < s->nw; t++) {
-		const struct tq_search_stats *w = &s->w[t].st;
-
-		out->rows_scanned += w->rows_scanned;
-		out->candidates += w->candidates;
-		out->refined += w->refined;
-		out->reranked += w->reranked;
-		out->originals_read += w->originals_read;
-		out->originals_bytes += w->originals_bytes;
-		out->results += w->results;
-		out->t_tables += w->t_tables;
-		out->t_scan += w->t_scan;
-		out->t_refine += w->t_refine;
-		out->t_rerank += w->t_rerank;
+		stats_add_work(out, &s->w[t].st);
+		out->results += s->w[t].st.results;
 	}
 }
 
@@ -3565,19 +3570,10 @@ static void
 stats_add_again(struct tq_search_stats *to,
     const struct tq_search_stats *a)
 {
+	stats_add_work(to, a);
 	to->lists_probed += a->lists_probed;
-	to->rows_scanned += a->rows_scanned;
-	to->candidates += a->candidates;
-	to->refined += a->refined;
-	to->reranked += a->reranked;
-	to->originals_read += a->originals_read;
-	to->originals_bytes += a->originals_bytes;
 	to->widened += a->queries;
 	to->t_prepare += a->t_prepare;
-	to->t_tables += a->t_tables;
-	to->t_scan += a->t_scan;
-	to->t_refine += a->t_refine;
-	to->t_rerank += a->t_rerank;
 }
 
 static void
