@@ -958,33 +958,6 @@ block_apply(float *y, size_t n, uint32_t d, uint32_t off, uint32_t s,
 }
 
 /*
- * ix[i] = perm[i] (i < d), a permutation stored as floats, as integers;
- * four at a time where the compiler has vectors (they convert exactly:
- * the values are whole numbers below d).
- */
-static void
-perm_indices(const float *perm, uint32_t d, int32_t *ix)
-{
-	uint32_t i = 0;
-
-#if defined(__GNUC__)
-	typedef float v4f __attribute__((vector_size(16)));
-	typedef int32_t v4i __attribute__((vector_size(16)));
-
-	for (; i + 4 <= d; i += 4) {
-		v4f f;
-		v4i n;
-
-		memcpy(&f, perm + i, sizeof(f));
-		n = __builtin_convertvector(f, v4i);
-		memcpy(ix + i, &n, sizeof(n));
-	}
-#endif
-	for (; i < d; i++)
-		ix[i] = (int32_t)perm[i];
-}
-
-/*
  * One row through a narrow layout (d <= ROT_ROW_MAX), through a buffer
  * so that the permutations are plain gathers and scatters.
  */
@@ -993,7 +966,6 @@ narrow_row(const float *const *round, int nr, uint32_t nb, uint32_t d,
     float *v, int inv)
 {
 	float tmp[ROT_ROW_MAX];
-	int32_t ix[ROT_ROW_MAX];
 	tq_rowa_fn rowa = tq_kernels()->rowa;
 	uint32_t b, off, i;
 	int r;
@@ -1009,15 +981,8 @@ narrow_row(const float *const *round, int nr, uint32_t nb, uint32_t d,
 			 */
 			uint32_t big = d % nb, s1 = d / nb + 1;
 
-			/*
-			 * The indices converted in a loop of their own, which
-			 * vectorises (they are below 4096), then the gather:
-			 * one loop converting each as it went was 4.7 % of a
-			 * Fashion-MNIST IVF query.
-			 */
-			perm_indices(perm, d, ix);
 			for (i = 0; i < d; i++)
-				tmp[i] = v[ix[i]];
+				tmp[i] = v[(uint32_t)perm[i]];
 			rowa(tmp, m, big, s1, v);
 			off = big * s1;
 			rowa(tmp + off, m + (size_t)big * s1 * s1, nb - big,
