@@ -3567,6 +3567,14 @@ known_free(struct known **x, size_t n)
 	free(x);
 }
 
+/* May a pass with room for k * cap candidates be followed by a wider? */
+static int
+wider(const struct tq_index *ix, uint32_t k, unsigned cap)
+{
+	return tq_k_times(k, (double)cap * TQ_AUTO_WIDEN) <= TQ_AUTO_WIDE_MAX &&
+	    tq_k_times(k, cap) < (double)ix->n;
+}
+
 /*
  * The error-bounded re-rank: a pass with room for k * TQ_AUTO_CAP
  * candidates a query; then the queries whose candidates the room may
@@ -3591,9 +3599,7 @@ search_auto(const struct tq_index *ix, const float *queries, size_t nq,
 	unsigned cap = TQ_AUTO_CAP;
 	enum tq_status st;
 
-#define WIDER(cap) (tq_k_times(p->k, (double)(cap) * TQ_AUTO_WIDEN) <= \
-	TQ_AUTO_WIDE_MAX && tq_k_times(p->k, (cap)) < (double)ix->n)
-	if (WIDER(cap) && (kout = calloc(nq, sizeof(*kout))) == NULL)
+	if (wider(ix, p->k, cap) && (kout = calloc(nq, sizeof(*kout))) == NULL)
 		return tq_fail(TQ_ERR_NOMEM, "search: %zu queries", nq);
 	st = search_pass(ix, queries, nq, p, refine, cap, NULL, kout, ids,
 	    scores);
@@ -3635,7 +3641,7 @@ search_auto(const struct tq_index *ix, const float *queries, size_t nq,
 		map = at;
 		at = NULL;
 		cur = m;
-		if (WIDER(cap) && (kout = calloc(m, sizeof(*kout))) == NULL) {
+		if (wider(ix, p->k, cap) && (kout = calloc(m, sizeof(*kout))) == NULL) {
 			st = tq_fail(TQ_ERR_NOMEM, "search: %zu queries", m);
 			break;
 		}
@@ -3653,7 +3659,6 @@ search_auto(const struct tq_index *ix, const float *queries, size_t nq,
 		if (p->stats != NULL)
 			stats_add_again(p->stats, &st2);
 	}
-#undef WIDER
 	known_free(kin, cur);
 	known_free(kout, cur);
 	free(map);
