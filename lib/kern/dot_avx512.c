@@ -167,8 +167,9 @@ tq_dot_avx512(const float *x, size_t ldx, size_t n, const float *a,
  * Rows times block-diagonal matrices (tq_rowa_fn).  Each output's chain
  * over o costs an add's latency per step, so one block of 28 (two
  * registers) would wait on it; g blocks side by side give g * nv
- * independent chains (up to eight registers), enough to keep both vector
- * units busy.  Columns past s are masked off in the loads and the stores.
+ * independent chains (up to sixteen registers), enough to keep both
+ * vector units busy.  Columns past s are masked off in the loads and the
+ * stores.
  * Columns j0 .. j0 + 16 nv of g consecutive blocks; the last register of
  * each block holds the columns tail selects.
  */
@@ -177,11 +178,11 @@ rowa_group_strided(const float *y, size_t ys, const float *a, size_t as,
     uint32_t s, unsigned g, uint32_t j0, unsigned nv, __mmask16 tail,
     float *x, size_t xs)
 {
-	__m512 acc[8];
+	__m512 acc[16];
 	unsigned b, q;
 
-#pragma GCC unroll 8
-	for (q = 0; q < 8; q++)
+#pragma GCC unroll 16
+	for (q = 0; q < g * nv; q++)
 		acc[q] = _mm512_setzero_ps();
 	for (uint32_t o = 0; o < s; o++) {
 #pragma GCC unroll 8
@@ -192,14 +193,14 @@ rowa_group_strided(const float *y, size_t ys, const float *a, size_t as,
 			/*
 			 * Narrow blocks: the row ROWA_AHEAD on (and past
 			 * the group's end, the next group's first rows),
-			 * both lines of it.
+			 * every line of it.
 			 */
-			if (nv <= 2) {
-				_mm_prefetch((const char *)(ao + ROWA_AHEAD *
-				    s), _MM_HINT_T0);
-				_mm_prefetch((const char *)(ao + ROWA_AHEAD *
-				    s + 16), _MM_HINT_T0);
-			}
+			if (nv <= 4)
+#pragma GCC unroll 4
+				for (q = 0; q < nv; q++)
+					_mm_prefetch((const char *)(ao +
+					    ROWA_AHEAD * s + 16 * q),
+					    _MM_HINT_T0);
 
 #pragma GCC unroll 8
 			for (q = 0; q < nv; q++)
@@ -259,6 +260,14 @@ tq_rowa_avx512(const float *y, const float *a, uint32_t nb, uint32_t s,
 		rowa_blocks(y, a, nb, s, 4, 2, tail, x);
 		return;
 	}
+	if (s <= 48) {
+		rowa_blocks(y, a, nb, s, 4, 3, tail, x);
+		return;
+	}
+	if (s <= 64) {
+		rowa_blocks(y, a, nb, s, 4, 4, tail, x);
+		return;
+	}
 	/*
 	 * Wide blocks: 128 columns (eight chains) of one block at a time;
 	 * the register count a constant in each call, so that the
@@ -282,12 +291,28 @@ tq_rowa_avx512(const float *y, const float *a, uint32_t nb, uint32_t s,
 #undef ROWA_WIDE
 }
 
+/* Rows of one block, g at a time, then one (tq_rowa_rows_avx512). */
+static inline __attribute__((always_inline)) void
+rowa_rows_g(const float *y, size_t ldy, const float *a, size_t n,
+    uint32_t s, unsigned g, unsigned nv, __mmask16 tail, float *x,
+    size_t ldx)
+{
+	size_t i = 0;
+
+	for (; i + g <= n; i += g)
+		rowa_group_strided(y + i * ldy, ldy, a, 0, s, g, 0, nv, tail,
+		    x + i * ldx, ldx);
+	for (; i < n; i++)
+		rowa_group_strided(y + i * ldy, ldy, a, 0, s, 1, 0, nv, tail,
+		    x + i * ldx, ldx);
+}
+
 /*
- * One block of s <= 32 columns for n rows (tq_rowa_rows_fn): the block's
- * matrix (at most 4 KiB) stays in L1 while the rows pass, where a row at a
- * time streams every block of a round from L2.  Rows go side by side as
- * blocks do in tq_rowa_avx512 (eight or four chains), each output the same
- * chain, so the same bits.
+ * One block of s <= 64 columns for n rows (tq_rowa_rows_fn): the block's
+ * matrix (at most 16 KiB) stays in L1 while the rows pass, where a row at
+ * a time streams every block of a round from L2.  Rows go side by side as
+ * blocks do in tq_rowa_avx512 (eight to sixteen chains), each output the
+ * same chain, so the same bits.
  */
 void
 tq_rowa_rows_avx512(const float *y, size_t ldy, const float *a, size_t n,
@@ -298,27 +323,20 @@ tq_rowa_rows_avx512(const float *y, size_t ldy, const float *a, size_t n,
 
 	if (s == 0)
 		return;
-	if (s > 32) {
+	if (s > 64) {
 		for (; i < n; i++)
 			tq_rowa_avx512(y + i * ldy, a, 1, s, x + i * ldx);
 		return;
 	}
 	tail = (__mmask16)(0xffffu >> (15 - (s - 1) % 16));
-	if (s <= 16) {
-		for (; i + 8 <= n; i += 8)
-			rowa_group_strided(y + i * ldy, ldy, a, 0, s, 8, 0, 1,
-			    tail, x + i * ldx, ldx);
-		for (; i < n; i++)
-			rowa_group_strided(y + i * ldy, ldy, a, 0, s, 1, 0, 1,
-			    tail, x + i * ldx, ldx);
-		return;
-	}
-	for (; i + 4 <= n; i += 4)
-		rowa_group_strided(y + i * ldy, ldy, a, 0, s, 4, 0, 2, tail,
-		    x + i * ldx, ldx);
-	for (; i < n; i++)
-		rowa_group_strided(y + i * ldy, ldy, a, 0, s, 1, 0, 2, tail,
-		    x + i * ldx, ldx);
+	if (s <= 16)
+		rowa_rows_g(y, ldy, a, n, s, 8, 1, tail, x, ldx);
+	else if (s <= 32)
+		rowa_rows_g(y, ldy, a, n, s, 4, 2, tail, x, ldx);
+	else if (s <= 48)
+		rowa_rows_g(y, ldy, a, n, s, 4, 3, tail, x, ldx);
+	else
+		rowa_rows_g(y, ldy, a, n, s, 4, 4, tail, x, ldx);
 }
 
 /* f16 rows: vcvtph2ps is exact. */
