@@ -125,6 +125,38 @@ check_nearest() {
 	[[ "$output" == *"libtq.so.0 => $LIB/libtq.so.0 "* ]] || { show; false; }
 }
 
+@test "examples/nearest.py: libtq.so through ctypes gives tq-search's bytes" {
+	local args ix
+
+	cd_tmp
+	for args in "-k 5 v1-flat.tqi" "-k 3 --oversample auto v1-flat.tqi" \
+	    "-k 4 --probes 2 --oversample 2 v1-ivf.tqi"; do
+		ix=$FIXTURES/${args##* }
+		set -- ${args% *}
+		python3 "$TOP/examples/nearest.py" --lib "$LIB/libtq.so" "$@" \
+		    "$ix" "$FIXTURES/small.queries.bin" >py.out
+		"$TQ_BIN/tq-search" "$@" -i "$FIXTURES/small.queries.bin" "$ix" >c.out
+		[ -s c.out ] && cmp py.out c.out
+	done
+	# Away from the tree it finds libtq.so.0 on the library path.
+	cp "$TOP/examples/nearest.py" .
+	LD_LIBRARY_PATH=$LIB run --separate-stderr python3 ./nearest.py \
+	    "$FIXTURES/v1-flat.tqi" "$FIXTURES/small.queries.bin"
+	assert_status 0
+	assert_equal "${#lines[@]}" 100
+	run --separate-stderr python3 ./nearest.py --lib "$LIB/libtq.so" \
+	    no-such-file "$FIXTURES/small.queries.bin"
+	assert_status 1
+	assert_equal "$stderr" "nearest.py: no-such-file: open: No such file or directory"
+	printf '1 2 3\n' >q3.txt
+	run --separate-stderr python3 ./nearest.py --lib "$LIB/libtq.so" \
+	    "$FIXTURES/v1-flat.tqi" q3.txt
+	assert_status 1
+	assert_equal "$stderr" "nearest.py: q3.txt: 3-d queries for a 16-d index"
+	run --separate-stderr python3 ./nearest.py -k 0 a b
+	assert_status 2
+}
+
 @test "libtq.so exports exactly the functions lib/tq.h declares" {
 	local exported declared
 	exported=$(nm -D --defined-only "$LIB/libtq.so" | awk '{ print $NF }' |
