@@ -27,4 +27,13 @@ enum tq_status tq_calib_check(const struct tq_index *ix);
 enum tq_status tq_calib_compute(const struct tq_index *ix,
     const struct tq_calib_params *cp, uint8_t **buf, size_t *len);
 
+/*
+ * The room, in candidates per result, that the error-bounded re-rank of
+ * ix starts with at k results and the given resolved probes (0 for a
+ * flat index): TQ_AUTO_CAP, or TQ_AUTO_WIDEN times it where the
+ * calibration shows recall still rising at the cap (tq(5) CALB).
+ */
+unsigned tq_calib_auto_cap(const struct tq_index *ix, uint32_t k,
+    uint32_t probes);
+
 #endif /* TQ_CALIB_H */

@@ -61,6 +61,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "calib.h"
 #include "internal.h"
 
 #if defined(__SSE2__)
@@ -3599,6 +3600,9 @@ search_auto(const struct tq_index *ix, const float *queries, size_t nq,
 	unsigned cap = TQ_AUTO_CAP;
 	enum tq_status st;
 
+	/* The calibration may say to start wider (tq_calib_auto_cap). */
+	if (wider(ix, p->k, cap))
+		cap = tq_calib_auto_cap(ix, p->k, resolve_probes(ix, p));
 	if (wider(ix, p->k, cap) && (kout = calloc(nq, sizeof(*kout))) == NULL)
 		return tq_fail(TQ_ERR_NOMEM, "search: %zu queries", nq);
 	st = search_pass(ix, queries, nq, p, refine, cap, NULL, kout, ids,

@@ -795,7 +795,10 @@ struct tq_search_stats {
 /*
  * Error-bounded re-rank (oversample TQ_OVERSAMPLE_AUTO, needs originals):
  * the scan keeps the best k * TQ_AUTO_CAP candidates by estimate (at most
- * the rows; more for a query searched again, below), less those whose estimate is so far below the k-th best that
+ * the rows; more for a query searched again, below, and TQ_AUTO_WIDEN
+ * times as many from the start where the index's calibration finds recall
+ * still rising at that cap: tq-search(1)), less those whose estimate is so
+ * far below the k-th best that
  * their upper end, with the widest interval of any row, is below every lower
  * end of the best k (l2 and cosine, k <= 64, vectors stored once, files held
  * in memory; the first such search reads every row's factors once to find

@@ -238,9 +238,10 @@ idsets() {
 	# the k-th score, more than k * 16 of them.  Before the widening,
 	# every candidate was read (640 of 640 at k 1) and 14 of the 40
 	# nearest and 13 of the 400 top 10 were missed.
+	# Without a calibration, which would start wider (next test).
 	mkfix c.bin 24 3000 41 --clusters 10
 	mkfix q.bin 24 40 42 --clusters 10
-	"$TQ_BIN/tq-build" -b 2 -o b2.tqi c.bin
+	"$TQ_BIN/tq-build" -b 2 --no-calibrate -o b2.tqi c.bin
 	for k in 1 10; do
 		run --separate-stderr "$TQ_BIN/tq-search" -k $k --stats --oversample auto -i q.bin b2.tqi
 		assert_status 0
@@ -258,6 +259,41 @@ idsets() {
 		assert_equal "$output" "$(cat auto.tsv)"
 		assert_equal "$(counts)" "$ref"
 	done
+}
+
+@test "tq-search --oversample auto: starts wider where the calibration says k*16 is short, with the same results" {
+	local k w0 w1
+	# The set above: its calibration finds recall@10 0.815 at oversample
+	# 8 and 0.976 at 16 (recall@1 0.27 and 0.46), still rising at the
+	# cap, so most queries would be searched again.
+	mkfix c.bin 24 3000 41 --clusters 10
+	mkfix q.bin 24 40 42 --clusters 10
+	"$TQ_BIN/tq-build" -b 2 --no-calibrate -o plain.tqi c.bin
+	"$TQ_BIN/tq-build" -b 2 -o calib.tqi c.bin
+	for k in 1 10; do
+		run --separate-stderr "$TQ_BIN/tq-search" -k $k --stats --oversample auto -i q.bin plain.tqi
+		assert_status 0
+		printf '%s\n' "$output" >plain.tsv
+		w0=$(field widened)
+		run --separate-stderr "$TQ_BIN/tq-search" -k $k --stats --oversample auto -i q.bin calib.tqi
+		assert_status 0
+		assert_equal "$output" "$(cat plain.tsv)"
+		w1=$(field widened)
+		[ "$w1" -lt "$w0" ] || { echo "k $k: widened $w0 -> $w1" >&2; false; }
+		# A pass with room for k * 64 a query from the start.
+		[ "$(field candidates)" -gt $((40 * 16 * k)) ] || { show; false; }
+	done
+	# Where the calibration is level at the cap (4 bits: 0.9998 and
+	# 1.0000), the same counts as without one.
+	"$TQ_BIN/tq-build" -b 4 --no-calibrate -o p4.tqi c.bin
+	"$TQ_BIN/tq-build" -b 4 -o c4.tqi c.bin
+	"$TQ_BIN/tq-inspect" --calibration c4.tqi |
+	    awk '$1 == 10 && $3 == 8 { r8 = $4 } $1 == 10 && $3 == 16 { r16 = $4 }
+		END { exit !(r16 != "" && r16 - r8 <= 0.002) }'
+	run --separate-stderr "$TQ_BIN/tq-search" --stats --oversample auto -i q.bin p4.tqi
+	w0=$(counts)
+	run --separate-stderr "$TQ_BIN/tq-search" --stats --oversample auto -i q.bin c4.tqi
+	assert_equal "$(counts)" "$w0"
 }
 
 @test "tq-search --oversample auto reaches recall@10 0.99 (4 bits) and 0.98 (2 bits) on clustered data" {
