@@ -3578,7 +3578,8 @@ wider(const struct tq_index *ix, uint32_t k, unsigned cap)
 
 /*
  * The error-bounded re-rank: a pass with room for k * TQ_AUTO_CAP
- * candidates a query; then the queries whose candidates the room may
+ * candidates a query (TQ_AUTO_WIDEN times that where the calibration says
+ * so: tq_calib_auto_cap); then the queries whose candidates the room may
  * have cut short (finish_auto) again, with TQ_AUTO_WIDEN times the room
  * and the exact keys already read, while the room stays within
  * TQ_AUTO_WIDE_MAX candidates and below the rows.  A query's mark

@@ -195,12 +195,13 @@ rowa_group_strided(const float *y, size_t ys, const float *a, size_t as,
 			 * the group's end, the next group's first rows),
 			 * every line of it.
 			 */
-			if (nv <= 4)
+			if (nv <= 4) {
 #pragma GCC unroll 4
 				for (q = 0; q < nv; q++)
 					_mm_prefetch((const char *)(ao +
 					    ROWA_AHEAD * s + 16 * q),
 					    _MM_HINT_T0);
+			}
 
 #pragma GCC unroll 8
 			for (q = 0; q < nv; q++)
