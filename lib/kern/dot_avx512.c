@@ -193,11 +193,12 @@ rowa_group_strided(const float *y, size_t ys, const float *a, size_t as,
 			/*
 			 * Narrow blocks: the row ROWA_AHEAD on (and past
 			 * the group's end, the next group's first rows),
-			 * every line of it.
+			 * every line of it (two for one register: a row
+			 * of up to 16 floats may straddle two lines).
 			 */
 			if (nv <= 4) {
 #pragma GCC unroll 4
-				for (q = 0; q < nv; q++)
+				for (q = 0; q < (nv < 2 ? 2 : nv); q++)
 					_mm_prefetch((const char *)(ao +
 					    ROWA_AHEAD * s + 16 * q),
 					    _MM_HINT_T0);
