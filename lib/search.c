@@ -1925,6 +1925,23 @@ prefetch_bounds(const struct ctx *c, uint64_t r)
 		__builtin_prefetch(p->wdth + 2 * (r - p->row0));
 }
 
+/*
+ * What the rounding of the compact factors, at most e, adds to a bound
+ * of half-width w of the codes' error: the two errors are independent,
+ * the rounding's about uniform on [-e, e] (standard deviation e /
+ * sqrt(3)), so at the codes' confidence their sum is within
+ * sqrt(w^2 + (z_u e)^2), z_u = 2 / sqrt(3) (z = 2 of the default); z_u
+ * e is at least e, so the rounding is covered where the codes' error
+ * vanishes (d = 1: w = 0).
+ */
+static inline double
+fact_width(double w, double e)
+{
+	double u = 1.1548 * e;
+
+	return sqrt(w * w + u * u) - w;
+}
+
 static void
 auto_bounds(const struct ctx *c, const struct worker *w, size_t i,
     struct acand *a)
@@ -1932,11 +1949,32 @@ auto_bounds(const struct ctx *c, const struct worker *w, size_t i,
 	const struct tq_part *p = tq_part_of_row(c->ix, a->row);
 	unsigned j = (unsigned)(a->row % TQ_BLOCK);
 	/* Compact factors (FACH) keep no |x|^2: 0 where it is not needed. */
-	double s = fabs((double)part_row_s(p, a->row)), x2 = p->fach == NULL ?
+	double s, x2 = p->fach == NULL ?
 	    (double)blk_factors(p, a->row / TQ_BLOCK)[2 * TQ_BLOCK + j] : 0.0;
-	double qn2 = (double)c->qn2[i], beta, dh, eps, t, lo, hi;
-	double qq = (double)row_qterm(c, w, i, a->row).qq;
+	double qn2 = (double)c->qn2[i], beta, dh, eps, ef = 0.0, t, wa, lo, hi;
+	struct qterm qt = row_qterm(c, w, i, a->row);
+	double qq = (double)qt.qq;
 	int l2 = c->metric == TQ_METRIC_L2;
+
+	if (p->fach != NULL) {
+		float fs, ft;
+
+		tq_fach_decode(p->fach + (a->row / TQ_BLOCK - p->block0) *
+		    TQ_FACH_BLOCK, j, &fs, &ft);
+		s = fabs((double)fs);
+		/*
+		 * The f16 rounding of s and t moves the key by at most
+		 * 2^-11 (|key - base| + |s t|) (tq(5) FACH), with a little
+		 * over for the float operations: far below the codes'
+		 * error, except where the codes are all but exact (d = 1)
+		 * and the neighbours close.  It joins the codes' error as
+		 * the sum of two independent ones (fact_width).
+		 */
+		ef = 0x1.002p-11 * (fabs((double)a->key - (double)qt.qk) + s *
+		    fabs((double)ft));
+	} else {
+		s = fabs((double)part_row_s(p, a->row));
+	}
 
 	if (c->metric == TQ_METRIC_IP && p->fach != NULL) {
 		/*
@@ -1946,8 +1984,8 @@ auto_bounds(const struct ctx *c, const struct worker *w, size_t i,
 		double key = (double)a->key, wd;
 
 		t = a->state == 0 ? 1.001 * s * (double)c->qerr[i] : 0.0;
-		wd = c->az * s * (double)row_rho(c, a->row) *
-		    qq / 2.0 + t + 1e-5 * (fabs(key) + qn2) +
+		wd = c->az * s * (double)row_rho(c, a->row) * qq / 2.0;
+		wd += fact_width(wd, ef) + t + 1e-5 * (fabs(key) + qn2) +
 		    1e-30;
 		a->up = (float)(key + wd);
 		a->lo = (float)(key - wd);
@@ -1962,8 +2000,11 @@ auto_bounds(const struct ctx *c, const struct worker *w, size_t i,
 	dh = l2 ? -(double)a->key : beta - 2.0 * (double)a->key;
 	eps = 1e-5 * (fabs(dh) + beta + qn2 + fabs(x2)) + 1e-30;
 	t = a->state == 0 ? 2.0 * 1.001 * s * (double)c->qerr[i] : 0.0;
-	tq_bound_dist(dh - t - eps, dh + t + eps, c->az * s *
-	    (double)row_rho(c, a->row), qq, &lo, &hi);
+	wa = c->az * s * (double)row_rho(c, a->row);
+	if (ef > 0.0)
+		t += fact_width(wa * fmin(qq, sqrt(dh > 0.0 ? dh : 0.0)),
+		    l2 ? ef : 2.0 * ef);
+	tq_bound_dist(dh - t - eps, dh + t + eps, wa, qq, &lo, &hi);
 	if (l2) {
 		a->up = (float)-lo;
 		a->lo = (float)-hi;
