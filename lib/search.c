@@ -2475,7 +2475,12 @@ finish_auto(struct worker *w, size_t i, const struct tq_topk *cand)
 		ac[e].key = cand->key[t];
 		ac[e].state = 0;
 		auto_bounds(c, w, i, &ac[e]);
-		reach += (double)ac[e].up - (double)ac[e].key;
+		/*
+		 * An estimate past the best score there is (cosine above
+		 * 1, l2 below 0) has its upper end clamped below it; such a
+		 * row still reaches at least its estimate, not less.
+		 */
+		reach += fmax((double)ac[e].up - (double)ac[e].key, 0.0);
 		if (kn != NULL) {
 			/* Read by an earlier pass: exact. */
 			float x = known_key(kn, ac[e].row);
