@@ -318,11 +318,14 @@ parse_float(const char *s, float lo, float hi, const char *what)
 void
 parse_oversample(const char *s, float *over, float *z)
 {
+	size_t n = strncmp(s, "auto-set", 8) == 0 ? 8 :
+	    strncmp(s, "auto", 4) == 0 ? 4 : 0;
+
 	*z = 0.0f;
-	if (strncmp(s, "auto", 4) == 0 && (s[4] == '\0' || s[4] == ':')) {
-		*over = TQ_OVERSAMPLE_AUTO;
-		if (s[4] == ':')
-			*z = parse_float(s + 5, 0.5f, 10.0f,
+	if (n > 0 && (s[n] == '\0' || s[n] == ':')) {
+		*over = n == 8 ? TQ_OVERSAMPLE_AUTO_SET : TQ_OVERSAMPLE_AUTO;
+		if (s[n] == ':')
+			*z = parse_float(s + n + 1, 0.5f, 10.0f,
 			    "oversample auto:z");
 		return;
 	}
@@ -332,12 +335,15 @@ parse_oversample(const char *s, float *over, float *z)
 void
 format_oversample(char *buf, size_t len, float over, float z)
 {
+	const char *name = over == TQ_OVERSAMPLE_AUTO_SET ? "auto-set" :
+	    "auto";
+
 	if (over >= 0.0f)
 		snprintf(buf, len, "%g", (double)over);
 	else if (z > 0.0f)
-		snprintf(buf, len, "auto:%g", (double)z);
+		snprintf(buf, len, "%s:%g", name, (double)z);
 	else
-		snprintf(buf, len, "auto");
+		snprintf(buf, len, "%s", name);
 }
 
 enum tq_metric

@@ -45,7 +45,7 @@ static const char help_str[] =
     "      --lists n|auto    fit n lists and evaluate an IVF index\n"
     "      --no-centre       evaluate a quantizer without centring\n"
     "  -o truth              the ground-truth file to write\n"
-    "      --oversample list  oversampling factors or auto[:z] to evaluate\n"
+    "      --oversample list  oversampling factors or auto[:z], auto-set[:z]\n"
     "                        in turn (default 1,4)\n"
     "      --peers file      other systems' points to draw (JSON Lines)\n"
     "      --plot file       draw recall against p50 latency as SVG\n"
@@ -788,9 +788,11 @@ report(const struct opts *o, const char *corpus, enum tq_metric metric,
 		    (unsigned)fi->lists);
 		for (i = 0; i < nruns; i++) {
 			if (runs[i].oversample < 0.0f)
-				printf("%s{\"oversample\":\"auto\","
+				printf("%s{\"oversample\":\"%s\","
 				    "\"auto_z\":%g", i ? "," : "",
-				    runs[i].auto_z > 0.0f ?
+				    runs[i].oversample ==
+				    TQ_OVERSAMPLE_AUTO_SET ? "auto-set" :
+				    "auto", runs[i].auto_z > 0.0f ?
 				    (double)runs[i].auto_z : TQ_AUTO_Z);
 			else
 				printf("%s{\"oversample\":%g", i ? "," : "",

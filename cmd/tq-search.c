@@ -10,13 +10,14 @@
 
 static const char usage_str[] =
     "tq-search [-k k] [-i queries | --like-file file] [-o output]\n"
-    "                 [--oversample f|auto[:z]] [--threads n] [--batch n]\n"
-    "                 [--format tsv|json|ivecs] [--dataset name] [--allow ids]\n"
-    "                 [--radius r] [--probes n] [--recall R] [--labels]\n"
-    "                 [--include-self] [--stats[=batch]] index\n"
-    "       tq-search --like [-k k] [-o output] [--oversample f|auto[:z]]\n"
-    "                 [--threads n] [--format tsv|json|ivecs] [--allow ids]\n"
-    "                 [--radius r] [--probes n] [--recall R] [--include-self]\n"
+    "                 [--oversample f|auto[-set][:z]] [--threads n]\n"
+    "                 [--batch n] [--format tsv|json|ivecs] [--dataset name]\n"
+    "                 [--allow ids] [--radius r] [--probes n] [--recall R]\n"
+    "                 [--labels] [--include-self] [--stats[=batch]] index\n"
+    "       tq-search --like [-k k] [-o output]\n"
+    "                 [--oversample f|auto[-set][:z]] [--threads n]\n"
+    "                 [--format tsv|json|ivecs] [--allow ids] [--radius r]\n"
+    "                 [--probes n] [--recall R] [--include-self]\n"
     "                 [--stats[=batch]] index label ...";
 
 static const char help_str[] =
@@ -33,7 +34,9 @@ static const char help_str[] =
     "  -o output             where to write the results (default -: stdout)\n"
     "      --oversample f    re-rank k*f candidates exactly (default 1: none);\n"
     "                        auto[:z]: as few as the error bound allows at\n"
-    "                        confidence z (0.5 to 10, default 2)\n"
+    "                        confidence z (0.5 to 10, default 2);\n"
+    "                        auto-set[:z]: the same, results the bound\n"
+    "                        settles left unread (estimated, in that order)\n"
     "      --probes n        IVF: lists scanned per query (default lists/16)\n"
     "      --radius r        range search: every vector within r of each query\n"
     "      --recall R        choose --probes and --oversample for recall@k R\n"

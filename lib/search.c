@@ -761,6 +761,7 @@ struct ctx {
 	/* Error-bounded re-rank: on; each query's |q - c| (a little over);
 	   2 z / sqrt(d - 1) (a little over); rho of rows without their own. */
 	int autor;
+	int auto_set;		/* TQ_OVERSAMPLE_AUTO_SET: results unread */
 	const float *qq;
 	double az;
 	float rho_g;
@@ -2411,6 +2412,54 @@ keep_known(struct worker *w, size_t i, uint32_t n)
 }
 
 /*
+ * Reads the originals of the results that the walk of auto_stage settled
+ * without them, so that every result's key is exact and the results are
+ * ranked by it.  They are the contenders of ac[0 .. m) not read (upper
+ * end at least w->sel[0]): the walk read or settled every contender it
+ * passed, and what it had not reached has its upper end below w->sel[0],
+ * so at most k.  A read key lies within the interval it replaces, so the
+ * k-th best lower end, w->sel[0], still holds, but a key beyond its
+ * bound may fall below it: those read here are marked state 3, results
+ * whatever their key, so that there are still k.
+ */
+static void
+read_settled(struct worker *w, size_t i, uint32_t m, uint32_t *done)
+{
+	const struct ctx *c = w->c;
+	const float *qv = c->qv + i * c->dim;
+	struct acand *ac = w->ac;
+	uint64_t rows[RERANK_ROWS];
+	uint32_t at[RERANK_ROWS], t, u, e = 0;
+	float key[RERANK_ROWS];
+
+	if (c->ix->beyond_memory)
+		for (t = 0; t < m; t++)
+			if (ac[t].state != 2 && ac[t].up >= w->sel[0])
+				advise_row(c, ac[t].row);
+	for (t = 0; t < m || e > 0; t++) {
+		if (t < m && ac[t].state != 2 && ac[t].up >= w->sel[0]) {
+			at[e] = t;
+			rows[e++] = ac[t].row;
+			if (e < RERANK_ROWS)
+				continue;
+		} else if (t < m) {
+			continue;
+		}
+		exact_keys(c, w, qv, rows, e, key);
+		for (u = 0; u < e; u++) {
+			struct acand *a = &ac[at[u]];
+
+			/* a hostile file's NaN original ranks last */
+			a->key = a->lo = a->up = key[u] == key[u] ? key[u] :
+			    -INFINITY;
+			a->state = 3;
+		}
+		*done += e;
+		e = 0;
+	}
+}
+
+/*
  * Error-bounded re-rank of query i's candidates (tq.h, tq(5) "Error
  * bound").  Every candidate gets a score interval from its scan key
  * (auto_bounds); with L the k-th best lower end, one whose upper end is
@@ -2502,10 +2551,13 @@ finish_auto(struct worker *w, size_t i, const struct tq_topk *cand)
 	m = auto_stage(w, i, n, k, &done, c->timed ? &tr : NULL);
 	if (capped && (double)kmin + reach >= (double)w->sel[0])
 		keep_known(w, i, n);
+	/* Unless searched again, or only the set is asked for. */
+	if (!c->auto_set && (c->known_out == NULL || c->known_out[i] == NULL))
+		read_settled(w, i, m, &done);
 	for (t = 0; t < m; t++) {
 		uint64_t id;
 
-		if (ac[t].up < w->sel[0])
+		if (ac[t].up < w->sel[0] && ac[t].state != 3)
 			continue;
 		id = tq_index_id(c->ix, ac[t].row);
 		if (c->ix->dups > 1 && has_id(&w->fin, id))
@@ -3530,6 +3582,7 @@ search_pass(const struct tq_index *ix, const float *queries, size_t nq,
 	c.stream_dot = stream_dot(ix, probes, c.kern);
 	c.resid = (q->flags & TQ_QFLAG_RESIDUAL) != 0;
 	c.autor = p->oversample < 0.0f;
+	c.auto_set = p->oversample == TQ_OVERSAMPLE_AUTO_SET;
 	c.zr = p->auto_z > 0.0f ? (double)p->auto_z : TQ_AUTO_Z;
 	c.az = 2.0 * c.zr * (1.0 + 1e-6) /
 	    sqrt(dim > 1 ? (double)dim - 1.0 : 1.0);

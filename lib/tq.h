@@ -720,8 +720,9 @@ struct tq_search_params {
 	uint32_t k;		/* results per query, >= 1 */
 	float oversample;	/* > 1: re-rank k*oversample candidates exactly
 				   from the stored originals; 0 .. 1: no
-				   re-rank; < 0 (TQ_OVERSAMPLE_AUTO): the
-				   error-bounded re-rank below */
+				   re-rank; < 0 (TQ_OVERSAMPLE_AUTO,
+				   TQ_OVERSAMPLE_AUTO_SET): the error-bounded
+				   re-rank below */
 	unsigned threads;	/* 0 = all cores; 1 = no thread of libtq's
 				   own, choosing lists too (a BLAS may have
 				   its own); results never depend on it */
@@ -812,10 +813,13 @@ struct tq_search_stats {
  * term).  Then, best upper end first (ties by row), each candidate that fewer
  * than k others could beat is a result without being read; one that could go
  * either way is scored exactly from its original, which may settle others;
- * the first whose upper end is below the k-th best lower end ends it.  The k
- * results are the best by score, which is exact for the candidates read and
- * the unrounded estimate for the others: the set is decided by the bounds,
- * the order among results not read by their estimates.  A true neighbour
+ * the first whose upper end is below the k-th best lower end ends it.  The
+ * results settled without being read are then read (at most k), so the k
+ * results are the best by exact score, ranked by it.  With
+ * TQ_OVERSAMPLE_AUTO_SET they are not: the set is decided by the bounds, but
+ * the scores of results not read are their unrounded estimates, and their
+ * order among the results is that of the estimates (fewer originals read:
+ * Fashion-MNIST, 4 bits, k 10: 5.9 a query against 12.4).  A true neighbour
  * among the candidates is missed only when some error exceeds its bound,
  * which for one vector and query has a probability of about that of a normal
  * beyond +-z (z = 2: 4.6%, two-sided; far less for the set, since only
@@ -823,6 +827,7 @@ struct tq_search_stats {
  * kernels or batches.
  */
 #define TQ_OVERSAMPLE_AUTO (-1.0f)
+#define TQ_OVERSAMPLE_AUTO_SET (-2.0f)
 #define TQ_AUTO_Z 2.0
 #define TQ_AUTO_CAP 16u
 /*

@@ -188,16 +188,28 @@ idsets() {
 	awk -F'\t' '{ print $1 "\t" $3 }' "$1" | sort -n -k1,1 -k2,2
 }
 
-@test "tq-search --oversample auto: the exact top k as a set, fewer originals" {
+@test "tq-search --oversample auto: the exact top k, ranked, fewer originals" {
 	"$TQ_BIN/tq-search" --oversample auto -i "$F/q.bin" -o auto.tsv "$F/flat.tqi"
 	"$TQ_BIN/tq-search" --oversample 100 -i "$F/q.bin" -o all.tsv "$F/flat.tqi"
 	"$TQ_BIN/tq-recall" --truth -k 10 -o truth.ivecs "$F/c.bin" "$F/q.bin"
 	"$TQ_BIN/tq-search" --oversample auto --format ivecs -i "$F/q.bin" -o auto.ivecs "$F/flat.tqi"
 	run --separate-stderr "$TQ_BIN/tq-recall" auto.ivecs truth.ivecs
 	[[ "$output" == *$'\n''recall@10 1.0000' ]] || { show; false; }
-	# The same ids as a re-rank of every row; the scores of the rows
-	# read are exact, the others' estimates.
-	assert_equal "$(idsets auto.tsv)" "$(idsets all.tsv)"
+	# What a re-rank of every row gives: the same ids in the same
+	# order with the same exact scores (every result is read).
+	cmp auto.tsv all.tsv
+	# auto-set: the same sets, but results the bound settles are not
+	# read: their scores are estimates, and they rank by them.
+	run --separate-stderr "$TQ_BIN/tq-search" --stats --oversample auto-set -i "$F/q.bin" -o set.tsv "$F/flat.tqi"
+	assert_status 0
+	rs=$(field originals_read)
+	assert_equal "$(idsets set.tsv)" "$(idsets all.tsv)"
+	! cmp -s set.tsv all.tsv || { echo "auto-set gave exact scores"; false; }
+	run --separate-stderr "$TQ_BIN/tq-search" --stats --oversample auto -i "$F/q.bin" "$F/flat.tqi"
+	[ "$rs" -lt "$(field originals_read)" ] || { show; echo "auto-set $rs"; false; }
+	[ "$(field originals_read)" -le $((rs + 37 * 10)) ] || { show; false; }
+	run --separate-stderr "$TQ_BIN/tq-search" --stats --oversample auto-set:0.5 -i "$F/q.bin" "$F/flat.tqi"
+	[ "$(field originals_read)" -lt "$rs" ] || { show; false; }
 	# Fewer originals than the k * 16 candidates, and the default z
 	# is 2.  The scan drops those that cannot matter, but keeps at
 	# least the k of the best estimates.
