@@ -166,15 +166,22 @@ assert all(abs(v - 1.0) < 1e-9 for v in vals), vals' "$output"
 	mkfix c.bin 32 600 91 --clusters 8
 	tq rows c.bin qs.bin 1,50,100,150,200,250,300,350,400,450
 	tq perturb qs.bin q.bin 3 0.2
-	run --separate-stderr "$TQ_BIN/tq-recall" --json --corpus c.bin --queries q.bin -k 10 --oversample 1,auto,auto:1.5,4 --threads 1
+	run --separate-stderr "$TQ_BIN/tq-recall" --json --corpus c.bin --queries q.bin -k 10 --oversample 1,auto,auto:1.5,4,auto-set --threads 1
 	assert_status 0
 	"$PY" -c '
 import json, sys
 o = json.loads(sys.argv[1])
 r = o["runs"]
-assert [x["oversample"] for x in r] == [1, "auto", "auto", 4], r
+assert [x["oversample"] for x in r] == [1, "auto", "auto", 4, "auto-set"], r
 assert "auto_z" not in r[0] and "auto_z" not in r[3], r
 assert r[1]["auto_z"] == 2 and r[2]["auto_z"] == 1.5, r
+# auto-set: the same set as auto, its settled results left unread; auto
+# reads them, so its recall@1 is that of a re-rank.
+assert r[4]["auto_z"] == 2, r
+assert r[4]["recall_at_10"] == r[1]["recall_at_10"], r
+assert r[4]["originals_read_per_query"] <= r[1]["originals_read_per_query"], r
+assert r[1]["recall_at_1"] >= r[4]["recall_at_1"], r
+assert r[1]["recall_at_1"] >= r[3]["recall_at_1"] - 0.1, r
 # No re-rank reads nothing, a fixed factor f reads k * f, auto between.
 assert r[0]["originals_read_per_query"] == 0, r
 assert r[3]["originals_read_per_query"] == 40, r
@@ -190,6 +197,9 @@ assert all(0 <= x["widened_per_query"] <= 4 for x in r[1:3]), r' "$output"
 	assert_status 0
 	[[ "$output" == *" reads "* ]] || { show; false; }
 	[[ "$output" == *"  auto:1.5  "* ]] || { show; false; }
+	run --separate-stderr "$TQ_BIN/tq-recall" --corpus c.bin --queries q.bin -k 10 --oversample auto-set:3 --threads 1
+	assert_status 0
+	[[ "$output" == *$'\n'"auto-set:3 "* ]] || { show; false; }
 }
 
 @test "tq-recall evaluation: a missing corpus: exit 1 naming it" {
