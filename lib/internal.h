@@ -1434,10 +1434,11 @@ double tq_dot_lanes(const float *a, const float *b, uint32_t dim);
 /*
  * The error-bounded re-rank's interval (lib/bound.c, tq(5) "Error
  * bound"): the squared distances D that an estimate in [dlo, dhi] allows
- * when |estimate - D| <= a min(qn, sqrt(D)), into [*lo, *hi].
+ * when |estimate - D| <= sqrt((a min(qn, sqrt(D)))^2 + u^2), into
+ * [*lo, *hi].
  */
-void tq_bound_dist(double dlo, double dhi, double a, double qn, double *lo,
-    double *hi);
+void tq_bound_dist(double dlo, double dhi, double a, double qn, double u,
+    double *lo, double *hi);
 
 /*
  * A bounded top-k of (key, id): higher key better, ties smaller id.  A

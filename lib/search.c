@@ -2002,10 +2002,9 @@ auto_bounds(const struct ctx *c, const struct worker *w, size_t i,
 	eps = 1e-5 * (fabs(dh) + beta + qn2 + fabs(x2)) + 1e-30;
 	t = a->state == 0 ? 2.0 * 1.001 * s * (double)c->qerr[i] : 0.0;
 	wa = c->az * s * (double)row_rho(c, a->row);
-	if (ef > 0.0)
-		t += fact_width(wa * fmin(qq, sqrt(dh > 0.0 ? dh : 0.0)),
-		    l2 ? ef : 2.0 * ef);
-	tq_bound_dist(dh - t - eps, dh + t + eps, wa, qq, &lo, &hi);
+	/* The factors' rounding: z_u e (fact_width), in quadrature. */
+	tq_bound_dist(dh - t - eps, dh + t + eps, wa, qq,
+	    1.1548 * (l2 ? ef : 2.0 * ef), &lo, &hi);
 	if (l2) {
 		a->up = (float)-lo;
 		a->lo = (float)-hi;
@@ -2476,7 +2475,8 @@ read_settled(struct worker *w, size_t i, uint32_t m, uint32_t *done)
  *
  * The scan kept at most c->kc candidates.  The rows it left out had keys
  * at most the lowest kept, kmin.  If kmin plus the mean reach of the
- * candidates' upper ends above their keys still reaches the final L, rows
+ * candidates' upper ends above it (had they kmin's key, below) still
+ * reaches the final L, rows
  * like them could be results: the query is marked for a pass with more
  * room (search_auto), which knows the exact keys read here.
  */
@@ -2513,7 +2513,6 @@ finish_auto(struct worker *w, size_t i, const struct tq_topk *cand)
 	capped = c->known_out != NULL && n >= cand->k &&
 	    (uint64_t)cand->k < c->ix->n;
 	kmin = INFINITY;
-	reach = 0.0;
 	for (t = 0, e = 0; t < n; t++) {
 		if (t + BOUNDS_AHEAD < n)
 			prefetch_bounds(c, cand->id[t + BOUNDS_AHEAD]);
@@ -2524,12 +2523,6 @@ finish_auto(struct worker *w, size_t i, const struct tq_topk *cand)
 		ac[e].key = cand->key[t];
 		ac[e].state = 0;
 		auto_bounds(c, w, i, &ac[e]);
-		/*
-		 * An estimate past the best score there is (cosine above
-		 * 1, l2 below 0) has its upper end clamped below it; such a
-		 * row still reaches at least its estimate, not less.
-		 */
-		reach += fmax((double)ac[e].up - (double)ac[e].key, 0.0);
 		if (kn != NULL) {
 			/* Read by an earlier pass: exact. */
 			float x = known_key(kn, ac[e].row);
@@ -2543,7 +2536,27 @@ finish_auto(struct worker *w, size_t i, const struct tq_topk *cand)
 	}
 	if (kmin < fl || e == 0)
 		capped = 0;
-	else
+	/*
+	 * How far a row left out could reach: the mean of what the
+	 * candidates' upper ends would be at kmin's estimate, not at their
+	 * own.  The bound widens with the distance, so at their own (nearer)
+	 * estimates it understated the rows below them: 2-d cosine
+	 * neighbours at D 1e-6 against a kmin at D 1e-2 kept queries from a
+	 * second pass that would have found the nearest.  An estimate past
+	 * the best score there is (cosine above 1, l2 below 0) has its upper
+	 * end clamped below it; such a row reaches at least 0 beyond it.
+	 */
+	reach = 0.0;
+	for (t = 0; capped && t < e; t++) {
+		struct acand x;
+
+		x.row = ac[t].row;
+		x.key = kmin;
+		x.state = 0;
+		auto_bounds(c, w, i, &x);
+		reach += fmax((double)x.up - (double)kmin, 0.0);
+	}
+	if (capped)
 		reach /= e;
 	n = e;
 	if (c->timed)

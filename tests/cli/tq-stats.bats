@@ -330,13 +330,20 @@ idsets() {
 	# where the upper ends are clamped below them; counted as negative
 	# reach they kept the cap from widening, and 25 of the 40 nearest
 	# were missed.
+	# Then two more faults at 2 to 4 bits (2, 5 and 3 of 40 missed):
+	# the factors' rounding joined the codes' error in quadrature at the
+	# estimate's distance, not at the ends' (where the codes' error all
+	# but vanishes), and the reach of rows past the cap was taken at the
+	# candidates' own, nearer, estimates instead of the lowest kept.
 	mkfix c2.bin 2 3000 41 --clusters 30
 	mkfix q2.bin 2 40 42 --clusters 30
-	"$TQ_BIN/tq-build" -b 2 -m cosine -o b2c.tqi c2.bin
-	"$TQ_BIN/tq-search" -k 1 --oversample auto -i q2.bin -o auto.tsv b2c.tqi
-	"$TQ_BIN/tq-search" -k 1 --oversample 1000 -i q2.bin -o all.tsv b2c.tqi
-	miss=$(comm -13 <(idsets auto.tsv | sort) <(idsets all.tsv | sort) | wc -l)
-	[ "$miss" -le 6 ] || { echo "$miss missed" >&2; false; }
+	for b in 2 3 4; do
+		"$TQ_BIN/tq-build" -b $b -m cosine -o b2c.tqi c2.bin
+		"$TQ_BIN/tq-search" -k 1 --oversample auto -i q2.bin -o auto.tsv b2c.tqi
+		"$TQ_BIN/tq-search" -k 1 --oversample 1000 -i q2.bin -o all.tsv b2c.tqi
+		miss=$(comm -13 <(idsets auto.tsv | sort) <(idsets all.tsv | sort) | wc -l)
+		[ "$miss" -le 1 ] || { echo "$b bits: $miss missed" >&2; false; }
+	done
 }
 
 @test "tq-search --oversample auto reaches recall@10 0.99 (4 bits) and 0.98 (2 bits) on clustered data" {

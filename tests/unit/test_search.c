@@ -1510,19 +1510,19 @@ test_bound_algebra(void)
 		double dh = d + (trial % 5 == 0 ? (u < 0 ? -w : w) : u * w);
 		double lo, hi, tol = 1e-9 * (1 + d + w);
 
-		tq_bound_dist(dh, dh, a, qn, &lo, &hi);
+		tq_bound_dist(dh, dh, a, qn, 0, &lo, &hi);
 		n++;
 		bad_in += !(lo <= d + tol && d <= hi + tol);
 		/* The ends: D^ = D + W(D) has lower end D, D^ = D - W(D)
 		   upper end D (where D - W(D) still grows, D^ >= 0). */
-		tq_bound_dist(d + w, d + w, a, qn, &lo, &hi);
+		tq_bound_dist(d + w, d + w, a, qn, 0, &lo, &hi);
 		bad_end += fabs(lo - d) > tol;
 		if (d - w >= 0 && (sqrt(d) >= a / 2 || d >= qn * qn)) {
-			tq_bound_dist(d - w, d - w, a, qn, &lo, &hi);
+			tq_bound_dist(d - w, d - w, a, qn, 0, &lo, &hi);
 			bad_end += fabs(hi - d) > tol;
 		}
 		/* Outside the ends, the bound fails. */
-		tq_bound_dist(dh, dh, a, qn, &lo, &hi);
+		tq_bound_dist(dh, dh, a, qn, 0, &lo, &hi);
 		if (lo > 1e-6) {
 			double x = lo * (1 - 1e-6);
 
@@ -1538,20 +1538,62 @@ test_bound_algebra(void)
 	CHECK(bad_end == 0);
 	CHECK(bad_out == 0);
 	CHECK(n == 200000);
+	/*
+	 * With an error u that does not shrink with D, in quadrature:
+	 * |D^ - D| <= sqrt(W(D)^2 + u^2).  Every D within it is inside,
+	 * the ends are attained, just outside them the bound fails, and u
+	 * counts at the end's own D: D^ = u + D at D near 0 (where W
+	 * vanishes) has lower end about D, not D^ - u's quadrature with
+	 * W(D^).
+	 */
+	bad_in = bad_end = bad_out = 0;
+	for (int trial = 0; trial < 200000; trial++) {
+		double a = trial % 7 == 0 ? 0 : 10 * unif() * unif();
+		double qn = trial % 11 == 0 ? 0 : 10 * unif();
+		double d = trial % 13 == 0 ? 0 : 100 * unif() * unif() * unif();
+		double uu = trial % 3 == 0 ? 0 : unif() * unif();
+		double w = hypot(bound_w(a, qn, d), uu), v = 2 * unif() - 1;
+		double dh = d + (trial % 5 == 0 ? (v < 0 ? -w : w) : v * w);
+		double lo, hi, tol = 1e-9 * (1 + d + w), x;
+
+		tq_bound_dist(dh, dh, a, qn, uu, &lo, &hi);
+		bad_in += !(lo <= d + tol && d <= hi + tol);
+		tq_bound_dist(d + w, d + w, a, qn, uu, &lo, &hi);
+		bad_end += fabs(lo - d) > tol && d + w > 0;
+		tq_bound_dist(dh, dh, a, qn, uu, &lo, &hi);
+		x = lo * (1 - 1e-6);
+		if (lo > 1e-6)
+			bad_out += fabs(dh - x) <= hypot(bound_w(a, qn, x), uu);
+		x = hi * (1 + 1e-6) + 1e-9;
+		bad_out += fabs((dh > 0 ? dh : 0) - x) <=
+		    hypot(bound_w(a, qn, x), uu);
+	}
+	CHECK(bad_in == 0);
+	CHECK(bad_end == 0);
+	CHECK(bad_out == 0);
+	{
+		double lo1, hi1;
+
+		/* d = 1e-8 with W(d) = 1e-4 and u = 1e-3: D^ = d + 1.005e-3
+		   has lower end d; u added at D^'s W would give far less. */
+		tq_bound_dist(1e-8 + hypot(1e-4, 1e-3), 1, 1, 10, 1e-3,
+		    &lo1, &hi1);
+		CHECK(fabs(lo1 - 1e-8) < 1e-12);
+	}
 	/* A wider estimate range gives a wider interval; D^ < 0 is 0. */
 	{
 		double lo1, hi1, lo2, hi2;
 
-		tq_bound_dist(4, 4, 1, 3, &lo1, &hi1);
-		tq_bound_dist(3, 5, 1, 3, &lo2, &hi2);
+		tq_bound_dist(4, 4, 1, 3, 0, &lo1, &hi1);
+		tq_bound_dist(3, 5, 1, 3, 0, &lo2, &hi2);
 		CHECK(lo2 < lo1 && hi2 > hi1);
 		/* sqrt(D) + 1/2 = sqrt(4.25): lo = (sqrt(4.25) - 0.5)^2. */
 		CHECK(fabs(lo1 - pow(sqrt(4.25) - 0.5, 2)) < 1e-12);
 		CHECK(fabs(hi1 - pow(sqrt(4.25) + 0.5, 2)) < 1e-12);
 		/* Far (sqrt(D) > Q): the any-angle form, D^ +- a Q. */
-		tq_bound_dist(100, 100, 1, 2, &lo1, &hi1);
+		tq_bound_dist(100, 100, 1, 2, 0, &lo1, &hi1);
 		CHECK(fabs(lo1 - 98) < 1e-12 && fabs(hi1 - 102) < 1e-12);
-		tq_bound_dist(-5, -1, 2, 3, &lo1, &hi1);
+		tq_bound_dist(-5, -1, 2, 3, 0, &lo1, &hi1);
 		CHECK(lo1 == 0 && fabs(hi1 - 4) < 1e-12);
 	}
 }
@@ -1624,9 +1666,11 @@ test_bound_codes(void)
 				    1] + qc) + x2;
 				a = 2 * s * tq_f16_to_f32(rho[r]) /
 				    sqrt(dim - 1.0);
-				tq_bound_dist(dh, dh, 3 * a, sqrt(qq), &lo, &hi);
+				tq_bound_dist(dh, dh, 3 * a, sqrt(qq), 0, &lo,
+				    &hi);
 				out3[near] += dd < lo || dd > hi;
-				tq_bound_dist(dh, dh, a, sqrt(qq), &lo, &hi);
+				tq_bound_dist(dh, dh, a, sqrt(qq), 0, &lo,
+				    &hi);
 				out1[near] += dd < lo || dd > hi;
 				cnt[near]++;
 				if (near)
