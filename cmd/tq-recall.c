@@ -787,14 +787,16 @@ report(const struct opts *o, const char *corpus, enum tq_metric metric,
 		    fi->bytes_per_vector, fi->original_bytes_per_vector,
 		    (unsigned)fi->lists);
 		for (i = 0; i < nruns; i++) {
-			if (runs[i].oversample < 0.0f)
+			if (runs[i].oversample < 0.0f) {
+				char name[16];	/* auto or auto-set */
+
+				format_oversample(name, sizeof(name),
+				    runs[i].oversample, 0.0f);
 				printf("%s{\"oversample\":\"%s\","
-				    "\"auto_z\":%g", i ? "," : "",
-				    runs[i].oversample ==
-				    TQ_OVERSAMPLE_AUTO_SET ? "auto-set" :
-				    "auto", runs[i].auto_z > 0.0f ?
+				    "\"auto_z\":%g", i ? "," : "", name,
+				    runs[i].auto_z > 0.0f ?
 				    (double)runs[i].auto_z : TQ_AUTO_Z);
-			else
+			} else
 				printf("%s{\"oversample\":%g", i ? "," : "",
 				    (double)runs[i].oversample);
 			printf(",\"probes\":%u", (unsigned)runs[i].probes);

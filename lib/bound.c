@@ -20,7 +20,8 @@
  * A^2 Q^2), each end is the tighter of the two forms: the near form
  * solves (D^ - D)^2 = A^2 D + u^2, the roots of
  *
- *     D^2 - (2 D^ + A^2) D + D^2 - u^2 = 0,  r = sqrt(4 D^ A^2 + A^4 + 4 u^2),
+ *     D^2 - (2 D^ + A^2) D + (D^)^2 - u^2 = 0,
+ *     r = sqrt(4 D^ A^2 + A^4 + 4 u^2),
  *
  * and the far form is D^ -+ sqrt(A^2 Q^2 + u^2):
  *

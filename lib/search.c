@@ -1935,10 +1935,12 @@ prefetch_bounds(const struct ctx *c, uint64_t r)
  * e is at least e, so the rounding is covered where the codes' error
  * vanishes (d = 1: w = 0).
  */
+#define FACT_ZU 1.1548
+
 static inline double
 fact_width(double w, double e)
 {
-	double u = 1.1548 * e;
+	double u = FACT_ZU * e;
 
 	return sqrt(w * w + u * u) - w;
 }
@@ -2002,9 +2004,9 @@ auto_bounds(const struct ctx *c, const struct worker *w, size_t i,
 	eps = 1e-5 * (fabs(dh) + beta + qn2 + fabs(x2)) + 1e-30;
 	t = a->state == 0 ? 2.0 * 1.001 * s * (double)c->qerr[i] : 0.0;
 	wa = c->az * s * (double)row_rho(c, a->row);
-	/* The factors' rounding: z_u e (fact_width), in quadrature. */
+	/* The factors' rounding, z_u e (fact_width), in quadrature. */
 	tq_bound_dist(dh - t - eps, dh + t + eps, wa, qq,
-	    1.1548 * (l2 ? ef : 2.0 * ef), &lo, &hi);
+	    FACT_ZU * (l2 ? ef : 2.0 * ef), &lo, &hi);
 	if (l2) {
 		a->up = (float)-lo;
 		a->lo = (float)-hi;
@@ -2428,22 +2430,21 @@ read_settled(struct worker *w, size_t i, uint32_t m, uint32_t *done)
 	const float *qv = c->qv + i * c->dim;
 	struct acand *ac = w->ac;
 	uint64_t rows[RERANK_ROWS];
-	uint32_t at[RERANK_ROWS], t, u, e = 0;
+	uint32_t at[RERANK_ROWS], t, u, e;
 	float key[RERANK_ROWS];
 
 	if (c->ix->beyond_memory)
 		for (t = 0; t < m; t++)
 			if (ac[t].state != 2 && ac[t].up >= w->sel[0])
 				advise_row(c, ac[t].row);
-	for (t = 0; t < m || e > 0; t++) {
-		if (t < m && ac[t].state != 2 && ac[t].up >= w->sel[0]) {
-			at[e] = t;
-			rows[e++] = ac[t].row;
-			if (e < RERANK_ROWS)
-				continue;
-		} else if (t < m) {
-			continue;
-		}
+	for (t = 0; t < m;) {
+		for (e = 0; e < RERANK_ROWS && t < m; t++)
+			if (ac[t].state != 2 && ac[t].up >= w->sel[0]) {
+				at[e] = t;
+				rows[e++] = ac[t].row;
+			}
+		if (e == 0)
+			break;
 		exact_keys(c, w, qv, rows, e, key);
 		for (u = 0; u < e; u++) {
 			struct acand *a = &ac[at[u]];
@@ -2454,7 +2455,6 @@ read_settled(struct worker *w, size_t i, uint32_t m, uint32_t *done)
 			a->state = 3;
 		}
 		*done += e;
-		e = 0;
 	}
 }
 
@@ -2547,17 +2547,15 @@ finish_auto(struct worker *w, size_t i, const struct tq_topk *cand)
 	 * end clamped below it; such a row reaches at least 0 beyond it.
 	 */
 	reach = 0.0;
-	for (t = 0; capped && t < e; t++) {
-		struct acand x;
+	if (capped) {
+		for (t = 0; t < e; t++) {
+			struct acand x = { .key = kmin, .row = ac[t].row };
 
-		x.row = ac[t].row;
-		x.key = kmin;
-		x.state = 0;
-		auto_bounds(c, w, i, &x);
-		reach += fmax((double)x.up - (double)kmin, 0.0);
-	}
-	if (capped)
+			auto_bounds(c, w, i, &x);
+			reach += fmax((double)x.up - (double)kmin, 0.0);
+		}
 		reach /= e;
+	}
 	n = e;
 	if (c->timed)
 		tr = now() - t0;	/* the bounds count as refinement */
