@@ -377,7 +377,10 @@ parse_rotation(const char *s)
 		return TQ_ROT_DENSE;
 	if (strcmp(s, "structured") == 0)
 		return TQ_ROT_STRUCTURED;
-	usage_error("rotation '%s' is not one of auto, dense, structured", s);
+	if (strcmp(s, "hadamard") == 0)
+		return TQ_ROT_HADAMARD;
+	usage_error("rotation '%s' is not one of auto, dense, structured, "
+	    "hadamard", s);
 }
 
 const char *
@@ -387,6 +390,7 @@ rotation_name(enum tq_rotation r)
 	case TQ_ROT_AUTO:	return "auto";
 	case TQ_ROT_DENSE:	return "dense";
 	case TQ_ROT_STRUCTURED:	return "structured";
+	case TQ_ROT_HADAMARD:	return "hadamard";
 	}
 	return "unknown";
 }

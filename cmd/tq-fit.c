@@ -8,8 +8,8 @@
 
 static const char usage_str[] =
     "tq-fit [-b bits] [-m metric] [-s seed] [--dataset name] [--no-centre]\n"
-    "              [--rotation auto|dense|structured] [--rotation-block n]\n"
-    "              [--sample n] [--scale-search]\n"
+    "              [--rotation auto|dense|structured|hadamard]\n"
+    "              [--rotation-block n] [--sample n] [--scale-search]\n"
     "              [--lists n|auto [--residual]] [--train n] [--iterations n]\n"
     "              [--threads n]\n"
     "              (-d dim | -i corpus) -o quantizer";
@@ -27,7 +27,7 @@ static const char help_str[] =
     "  -o quantizer          the file to write\n"
     "      --residual        with --lists: indexes encode each vector about its\n"
     "                        list's centroid instead of the centre\n"
-    "      --rotation auto|dense|structured\n"
+    "      --rotation auto|dense|structured|hadamard\n"
     "                        the kind of rotation (default auto)\n"
     "      --rotation-block n  structured rotation, blocks about n wide (1-256)\n"
     "  -s seed               the seed of the rotation (default 42)\n"
@@ -149,7 +149,8 @@ main(int argc, char *argv[])
 		usage_error("--lists needs -i corpus to fit them");
 	if (p.residual && p.lists == 0)
 		usage_error("--residual needs --lists");
-	if (p.rotation_block != 0 && p.rotation == TQ_ROT_DENSE)
+	if (p.rotation_block != 0 && p.rotation != TQ_ROT_AUTO &&
+	    p.rotation != TQ_ROT_STRUCTURED)
 		usage_error("--rotation-block needs a structured rotation");
 
 	if (corpus != NULL) {

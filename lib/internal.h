@@ -243,13 +243,15 @@ unsigned tq_ncpu(void);
  * QPAR, 64 bytes:
  *     0 u32 dim      4 u32 bits     8 u32 metric (0 ip, 1 cosine, 2 l2)
  *    12 u32 flags: bit 0 centred, bit 1 scale search
- *    16 u64 seed    24 u32 rotation kind (1 dense, 2 structured)
+ *    16 u64 seed    24 u32 rotation kind (1 dense, 2 structured,
+ *                   3 Hadamard)
  *    28 u32 number of codebook levels (2^bits)
  *    32 u32 field bits (4 or 6)   36 u32 coordinates per field
  *    40 u32 fields per vector (padded, multiple of 4)
  *    44 .. 63 reserved, 0
  * ROTM  rotation.  Dense: dim*dim f32, row-major R, y = R x.
- *       Structured: see rotation.c (its length is checked against dim).
+ *       Structured, Hadamard: see rotation.c (their lengths are checked
+ *       against dim).
  * CBOK  codebook: 2^bits f32 centroids ascending, then 2^bits - 1 f32
  *       boundaries (midpoints), for the law of one coordinate of a rotated
  *       unit vector at this dim (values in [-1, 1], not scaled by sqrt(d)).
@@ -381,7 +383,8 @@ struct tq_quantizer {
 	enum tq_metric metric;
 	uint32_t flags;			/* TQ_QFLAG_* */
 	uint64_t seed;
-	enum tq_rotation rotation;	/* resolved: DENSE or STRUCTURED */
+	enum tq_rotation rotation;	/* resolved: DENSE, STRUCTURED or
+					   HADAMARD */
 	unsigned nlevels;		/* 2^bits */
 	unsigned field_bits;		/* 4 or 6 */
 	unsigned coords_per_field;
@@ -469,10 +472,6 @@ enum tq_status tq_rotation_make(uint32_t dim, enum tq_rotation kind,
     uint32_t width, uint64_t seed, float **payload, size_t *len);
 /* The kind TQ_ROT_AUTO stands for at dim with block width (0: none). */
 enum tq_rotation tq_rotation_resolve(uint32_t dim, enum tq_rotation kind,
-    uint32_t width);
-/* The block width it is made with: 1, the narrowest, for auto from
-   TQ_ROT_NARROW_MIN dimensions up; else width. */
-uint32_t tq_rotation_width(uint32_t dim, enum tq_rotation kind,
     uint32_t width);
 enum tq_status tq_rotation_check(uint32_t dim, enum tq_rotation kind,
     const void *payload, size_t len);

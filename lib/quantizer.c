@@ -147,7 +147,7 @@ check_params(const struct tq_fit_params *p)
 	    p->metric != TQ_METRIC_L2)
 		return tq_fail(TQ_ERR_ARG, "unknown metric %d", (int)p->metric);
 	if (p->rotation != TQ_ROT_AUTO && p->rotation != TQ_ROT_DENSE &&
-	    p->rotation != TQ_ROT_STRUCTURED)
+	    p->rotation != TQ_ROT_STRUCTURED && p->rotation != TQ_ROT_HADAMARD)
 		return tq_fail(TQ_ERR_ARG, "unknown rotation kind %d",
 		    (int)p->rotation);
 	if (p->dim > TQ_MAX_DIM)
@@ -157,7 +157,8 @@ check_params(const struct tq_fit_params *p)
 		return tq_fail(TQ_ERR_ARG, "rotation block width %u out of "
 		    "range 1..%u", (unsigned)p->rotation_block,
 		    (unsigned)TQ_ROT_BLOCK_MAX);
-	if (p->rotation_block != 0 && p->rotation == TQ_ROT_DENSE)
+	if (p->rotation_block != 0 && p->rotation != TQ_ROT_AUTO &&
+	    p->rotation != TQ_ROT_STRUCTURED)
 		return tq_fail(TQ_ERR_ARG, "a rotation block width needs a "
 		    "structured rotation");
 	return TQ_OK;
@@ -434,9 +435,8 @@ tq_quantizer_fit(const struct tq_fit_params *p, struct tq_reader *data,
 		memset(q->centre, 0, dim * sizeof(float));
 	if (lists != 0 && (st = fit_lists(q, p, &rs, seen)) != TQ_OK)
 		goto fail;
-	if ((st = tq_rotation_make(dim, q->rotation, tq_rotation_width(dim,
-	    p->rotation, p->rotation_block), p->seed, &q->rot,
-	    &q->rot_len)) != TQ_OK)
+	if ((st = tq_rotation_make(dim, q->rotation, p->rotation_block,
+	    p->seed, &q->rot, &q->rot_len)) != TQ_OK)
 		goto fail;
 	if (data != NULL && !p->no_centre)
 		tq_rotate(q, q->centre, 1, q->rcentre);
@@ -624,7 +624,8 @@ parse_qpar(const uint8_t *p, uint64_t len, struct tq_quantizer *q)
 	if (q->flags & ~TQ_QFLAGS)
 		return tq_fail(TQ_ERR_FORMAT, "section QPAR: unknown flags "
 		    "0x%x", (unsigned)q->flags);
-	if (rot != TQ_ROT_DENSE && rot != TQ_ROT_STRUCTURED)
+	if (rot != TQ_ROT_DENSE && rot != TQ_ROT_STRUCTURED &&
+	    rot != TQ_ROT_HADAMARD)
 		return tq_fail(TQ_ERR_FORMAT, "section QPAR: unknown rotation "
 		    "kind %u", (unsigned)rot);
 	if (rot == TQ_ROT_DENSE && q->dim > TQ_DENSE_MAX_DIM)

@@ -328,15 +328,22 @@ struct tq_quantizer;
 
 enum tq_rotation {
 	TQ_ROT_AUTO = 0,	/* dense below TQ_ROT_NARROW_MIN dimensions,
-				   else structured with the narrowest blocks
-				   (rotation_block 1); quantizers made before
-				   this default was chosen were dense up to
-				   TQ_DENSE_MAX_DIM and keep their rotation */
+				   else Hadamard (structured with a
+				   rotation_block); quantizers made before
+				   keep their rotation: structured with the
+				   narrowest blocks from 256 dimensions, and
+				   before that dense up to TQ_DENSE_MAX_DIM */
 	TQ_ROT_DENSE = 1,	/* Haar-random orthogonal d x d (QR, LAPACK) */
-	TQ_ROT_STRUCTURED = 2	/* rounds of permutation + dense Haar blocks
+	TQ_ROT_STRUCTURED = 2,	/* rounds of permutation + dense Haar blocks
 				   that mix all coordinates: three of ~256
 				   wide (about 3 * 256 * d floats), or five
 				   of a narrower rotation_block */
+	TQ_ROT_HADAMARD = 3	/* four rounds of permutation, random signs
+				   and Walsh-Hadamard transforms of the
+				   largest power of two p <= d wide over the
+				   first and the last p coordinates: about
+				   2 p log2 p additions and 12 d bytes a
+				   round */
 };
 #define TQ_DENSE_MAX_DIM 4096u
 #define TQ_ROT_NARROW_MIN 256u

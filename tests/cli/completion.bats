@@ -82,6 +82,7 @@ comp_opts() {
 	assert_equal "$(complete_words tq-build --originals '')" \
 	    "$(printf '%s\n' f16 f32 none)"
 	assert_equal "$(complete_words tq-fit --rotation s)" structured
+	assert_equal "$(complete_words tq-fit --rotation h)" hadamard
 	assert_equal "$(complete_words tq-fit --lists '')" auto
 	assert_equal "$(complete_words tq-build -b '')" "$(printf '%s\n' 1 2 3 4)"
 	assert_equal "$(complete_words tq-recall --sweep p)" "probes="

@@ -334,8 +334,8 @@ tqfile_cases() {
 	expect 2 "metric 'NAME' is not one of l2, ip, cosine" \
 	    "metric 'hamming' is not one of l2, ip, cosine" \
 	    tq-fit -m hamming -d 8 -o out.tq
-	expect 2 "rotation 'NAME' is not one of auto, dense, structured" \
-	    "rotation 'sparse' is not one of auto, dense, structured" \
+	expect 2 "rotation 'NAME' is not one of auto, dense, structured, hadamard" \
+	    "rotation 'sparse' is not one of auto, dense, structured, hadamard" \
 	    tq-fit --rotation sparse -d 8 -o out.tq
 	expect 2 "unexpected argument 'ARG'" "unexpected argument 'extra'" \
 	    tq-fit -d 8 -o out.tq extra
@@ -344,6 +344,9 @@ tqfile_cases() {
 	expect 2 '--rotation-block needs a structured rotation' \
 	    '--rotation-block needs a structured rotation' \
 	    tq-fit -d 8 --rotation dense --rotation-block 4 -o out.tq
+	expect 2 '--rotation-block needs a structured rotation' \
+	    '--rotation-block needs a structured rotation' \
+	    tq-fit -d 8 --rotation hadamard --rotation-block 4 -o out.tq
 	expect 2 '--residual needs --lists' '--residual needs --lists' \
 	    tq-fit -i c.bin --residual -o out.tq
 	expect 1 'FILE: N lists need at least N sample rows; the data gave M' \

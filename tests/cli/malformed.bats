@@ -33,8 +33,11 @@ setup_file() {
 	"$TQ_BIN/tq-fit" --lists 4 -i "$F/c.bin" -o "$F/ivf.tq"
 	"$TQ_BIN/tq-build" -q "$F/ivf.tq" --originals f16 --dups 2 \
 	    --dup-ratio 1000 --no-calibrate -o "$F/ivf.tqi" "$F/c.bin"
+	# A Hadamard rotation with both transforms (24 = 16 + 8 overlapping).
+	mkfix "$F/c24.bin" 24 100 7
+	"$TQ_BIN/tq-fit" -i "$F/c24.bin" --rotation hadamard -o "$F/had.tq"
 	"$PY" "$MAL/make-index-cases" "$F/good.tqi" "$F/good.tq" "$F/cases" \
-	    "$F/good32.tqi" "$F/cal.tqi" "$F/ivf.tqi" >"$F/ncases"
+	    "$F/good32.tqi" "$F/cal.tqi" "$F/ivf.tqi" "$F/had.tq" >"$F/ncases"
 }
 
 setup() {
@@ -109,6 +112,22 @@ check() {
 	cases q | check refuse tq-inspect {}
 	cases q | check refuse tq-search -i "$F/q.bin" {}
 	cases q | check refuse tq-encode -q {} -i "$F/q.bin" -o out.codes
+}
+
+@test "Hadamard rotation cases (q-rotm-hadamard-): refused as damage to ROTM" {
+	local n
+	n=$(cases q-rotm-hadamard | wc -l)
+	[ "$n" -ge 10 ] || { echo "$n cases" >&2; false; }
+	cases q-rotm-hadamard | sed 's/$/\tsection ROTM: /' |
+	    check refuse tq-inspect {}
+	cases q-rotm-hadamard | sed 's/$/\tsection ROTM: /' |
+	    check refuse tq-build -q {} -o out.tqi "$F/c24.bin"
+	cases q-rotm-hadamard | check refuse tq-encode -q {} -i "$F/c24.bin" \
+	    -o out.codes
+	# The undamaged one is good for all three.
+	"$TQ_BIN/tq-inspect" --verify "$F/had.tq"
+	"$TQ_BIN/tq-build" -q "$F/had.tq" -o out.tqi "$F/c24.bin"
+	rm out.tqi
 }
 
 @test "checksum cases (s-): tq-inspect --verify refuses; tq-search exits 0 or 1" {

@@ -68,11 +68,11 @@ sum_of() {
 	done
 }
 
-@test "tq-fit: the default (narrow) rotation and lists have the same bytes across cores and threads" {
+@test "tq-fit: the default (Hadamard) rotation and lists have the same bytes across cores and threads" {
 	local c t
 	mkfix c.bin 300 2000 3 --clusters 20
 	"$TQ_BIN/tq-fit" -i c.bin --lists auto -o ref.tq
-	"$TQ_BIN/tq-inspect" ref.tq | grep -qx "rotation-blocks 17 in 5 rounds"
+	"$TQ_BIN/tq-inspect" ref.tq | grep -qx "rotation hadamard"
 	for c in Haswell $(cores); do
 		for t in 1 2; do
 			OPENBLAS_CORETYPE=$c OPENBLAS_NUM_THREADS=$t \

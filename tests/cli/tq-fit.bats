@@ -100,20 +100,66 @@ jfield() {
 	assert_equal "$(jfield x.tq scale_search)" true
 }
 
-@test "tq-fit: auto rotation is dense below 256 dimensions, else --rotation-block 1" {
+@test "tq-fit: auto rotation is dense below 256 dimensions, else Hadamard" {
 	"$TQ_BIN/tq-fit" -d 255 -o a255.tq
 	assert_equal "$(jfield a255.tq rotation)" '"dense"'
 	"$TQ_BIN/tq-fit" -d 300 -o a300.tq
+	"$TQ_BIN/tq-fit" -d 300 --rotation hadamard -o h300.tq
 	"$TQ_BIN/tq-fit" -d 300 --rotation-block 1 -o b300.tq
 	"$TQ_BIN/tq-fit" -d 300 --rotation dense -o d300.tq
 	"$TQ_BIN/tq-fit" -d 300 --rotation structured -o s300.tq
-	cmp a300.tq b300.tq
-	assert_equal "$(jfield a300.tq rotation)" '"structured"'
-	assert_equal "$(jfield a300.tq rotation_blocks)" 17
-	assert_equal "$(jfield a300.tq rotation_rounds)" 5
+	cmp a300.tq h300.tq
+	assert_equal "$(jfield a300.tq rotation)" '"hadamard"'
+	"$TQ_BIN/tq-inspect" a300.tq | grep -qx 'rotation hadamard'
+	! "$TQ_BIN/tq-inspect" a300.tq | grep -q 'rotation-blocks'
+	# A block width asks for a structured rotation, auto or not.
+	assert_equal "$(jfield b300.tq rotation)" '"structured"'
+	assert_equal "$(jfield b300.tq rotation_blocks)" 17
+	assert_equal "$(jfield b300.tq rotation_rounds)" 5
 	assert_equal "$(jfield d300.tq rotation)" '"dense"'
 	# --rotation structured alone keeps the wide layout.
 	assert_equal "$(jfield s300.tq rotation_rounds)" 3
+	# Four rounds of a permutation and two sign vectors (256 < 300):
+	# 4 * (2 + 4 * 3 * 300) bytes of ROTM, where a dense one has 300^2.
+	"$TQ_BIN/tq-inspect" a300.tq | grep -q '^  ROTM .* length 14408 '
+	run --separate-stderr "$TQ_BIN/tq-fit" -d 300 --rotation hadamard \
+	    --rotation-block 4 -o x.tq
+	assert_status 2
+	[ ! -e x.tq ]
+}
+
+@test "tq-fit --rotation hadamard: every dimension, re-ranked results as a dense rotation's, a decode close to the input" {
+	local d
+	for d in 1 2 3 5 64 100 257 1000; do
+		"$TQ_BIN/tq-fit" -d $d --rotation hadamard -o h$d.tq
+		"$TQ_BIN/tq-inspect" --verify h$d.tq >/dev/null
+	done
+	mkfix c.bin 96 600 5 --clusters 8
+	mkfix q.bin 96 20 6 --clusters 8
+	"$TQ_BIN/tq-fit" -i c.bin --rotation hadamard -o had.tq
+	"$TQ_BIN/tq-fit" -i c.bin --rotation dense -o dense.tq
+	for r in had dense; do
+		"$TQ_BIN/tq-build" -q $r.tq -o $r.tqi c.bin
+		"$TQ_BIN/tq-search" -k 5 --oversample 20 $r.tqi <q.bin >$r.out
+	done
+	# Re-ranked on exact distances, both find the same neighbours.
+	cmp had.out dense.out
+	# 4-bit codes decode to within a few per cent of the input.
+	"$TQ_BIN/tq-encode" -q had.tq -i q.bin -o q.codes
+	"$TQ_BIN/tq-encode" -q had.tq --decode -i q.codes -o q.dec
+	"$PY" - q.bin q.dec <<'EOF'
+import struct, sys
+def rows(p):
+    b = open(p, "rb").read()
+    d, n = struct.unpack_from("<II", b)
+    v = struct.unpack_from("<%df" % (d * n), b, 8)
+    return [v[i * d:(i + 1) * d] for i in range(n)]
+x, y = rows(sys.argv[1]), rows(sys.argv[2])
+assert len(x) == len(y) == 20
+for a, b in zip(x, y):
+    e = sum((p - q) ** 2 for p, q in zip(a, b)) / sum(p * p for p in a)
+    assert e < 0.05, e
+EOF
 }
 
 @test "tq-fit: odd dimensions 1, 3, 17 and a structured 33" {

@@ -216,15 +216,18 @@ test_dense_orthogonal(void)
 }
 
 /* Norms kept, the inverse recovers, e_0 and e_{d-1} reach every output. */
+/*
+ * y = R x of the n rows x keeps their norms, and R^T y gives x back
+ * (rounding apart).
+ */
 static void
-check_rotation_apply(const struct tq_quantizer *q)
+check_norm_inverse(const struct tq_quantizer *q, const float *x, size_t n,
+    float *y)
 {
 	uint32_t d = q->dim, j;
-	size_t n = 20, i;
-	float *x = gauss_rows(n, d, 0), *y = malloc(n * d * sizeof(float));
 	float *z = malloc(n * d * sizeof(float));
 	double worst_norm = 0, worst_inv = 0;
-	uint32_t zeros = 0;
+	size_t i;
 
 	tq_rotate(q, x, n, y);
 	tq_rotate_inv(q, y, n, z);
@@ -236,13 +239,23 @@ check_rotation_apply(const struct tq_quantizer *q)
 			ny += (double)y[i * d + j] * y[i * d + j];
 			ex += fabs(z[i * d + j] - x[i * d + j]);
 		}
-		if (fabs(sqrt(ny / nx) - 1) > worst_norm)
-			worst_norm = fabs(sqrt(ny / nx) - 1);
-		if (ex / d > worst_inv)
-			worst_inv = ex / d;
+		worst_norm = fmax(worst_norm, fabs(sqrt(ny / nx) - 1));
+		worst_inv = fmax(worst_inv, ex / d);
 	}
 	CHECK(worst_norm < 1e-5);
 	CHECK(worst_inv < 1e-5);
+	free(z);
+}
+
+static void
+check_rotation_apply(const struct tq_quantizer *q)
+{
+	uint32_t d = q->dim, j;
+	size_t n = 20;
+	float *x = gauss_rows(n, d, 0), *y = malloc(n * d * sizeof(float));
+	uint32_t zeros = 0;
+
+	check_norm_inverse(q, x, n, y);
 	memset(x, 0, 2 * d * sizeof(float));
 	x[0] = 1;
 	x[d + d - 1] = 1;
@@ -252,7 +265,6 @@ check_rotation_apply(const struct tq_quantizer *q)
 	CHECK(zeros == 0);
 	free(x);
 	free(y);
-	free(z);
 }
 
 static void
@@ -266,8 +278,8 @@ test_structured(void)
 	for (k = 0; k < (quick ? 2 : sizeof(dims) / sizeof(dims[0])); k++)
 		for (w = 0; w < sizeof(widths) / sizeof(widths[0]); w++) {
 			struct tq_quantizer *q = make_qw(dims[k], 4,
-			    TQ_METRIC_IP, widths[w] != 0 || dims[k] > 4096 ?
-			    TQ_ROT_AUTO : TQ_ROT_STRUCTURED, widths[w], 11, 0);
+			    TQ_METRIC_IP, widths[w] != 0 ? TQ_ROT_AUTO :
+			    TQ_ROT_STRUCTURED, widths[w], 11, 0);
 			uint32_t nb = (uint32_t)q->rot[1];
 
 			CHECK(q->rotation == TQ_ROT_STRUCTURED);
@@ -287,14 +299,14 @@ test_structured(void)
 
 /*
  * The auto rotation: dense below TQ_ROT_NARROW_MIN dimensions, above it
- * the same bytes as --rotation-block 1 (five rounds of floor(sqrt(d))
- * blocks); a width given with auto still asks for a structured one.
+ * the same bytes as --rotation hadamard; a width given with auto still
+ * asks for a structured one.
  */
 static void
 test_rotation_auto(void)
 {
 	static const uint32_t dense[] = { 1, 3, 100, 255 };
-	static const uint32_t narrow[] = { 256, 300, 784, 5000 };
+	static const uint32_t had[] = { 256, 300, 784, 5000 };
 	size_t k;
 
 	for (k = 0; k < sizeof(dense) / sizeof(dense[0]); k++) {
@@ -306,16 +318,14 @@ test_rotation_auto(void)
 		tq_quantizer_free(q);
 	}
 	for (k = 0; k < (quick ? 3 : 4); k++) {
-		uint32_t d = narrow[k], nb = 1;
+		uint32_t d = had[k];
 		struct tq_quantizer *q = make_q(d, 2, TQ_METRIC_L2,
 		    TQ_ROT_AUTO, 5, 0);
-		struct tq_quantizer *r = make_qw(d, 2, TQ_METRIC_L2,
-		    TQ_ROT_STRUCTURED, 1, 5, 0);
+		struct tq_quantizer *r = make_q(d, 2, TQ_METRIC_L2,
+		    TQ_ROT_HADAMARD, 5, 0);
 
-		while ((uint64_t)(nb + 1) * (nb + 1) <= d)
-			nb++;
-		CHECK(q->rotation == TQ_ROT_STRUCTURED);
-		CHECK(q->rot[0] == 5.0f && q->rot[1] == (float)nb);
+		CHECK(q->rotation == TQ_ROT_HADAMARD);
+		CHECK(q->rot[0] == 4.0f);
 		CHECK(q->rot_len == r->rot_len &&
 		    memcmp(q->rot, r->rot, q->rot_len) == 0);
 		CHECK(tq_quantizer_fingerprint(q) ==
@@ -394,6 +404,23 @@ test_narrow_reference(void)
 }
 
 /*
+ * Each of the n (rounds, second value) headers bad[] in q's rotation
+ * payload (copied to buf) must be refused.
+ */
+static void
+check_bad_headers(const struct tq_quantizer *q, const float (*bad)[2],
+    size_t n, uint8_t *buf)
+{
+	for (size_t i = 0; i < n; i++) {
+		memcpy(buf, q->rot, q->rot_len);
+		wr_lef32(buf, bad[i][0]);
+		wr_lef32(buf + 4, bad[i][1]);
+		CHECK(tq_rotation_check(q->dim, q->rotation, buf,
+		    q->rot_len) == TQ_ERR_FORMAT);
+	}
+}
+
+/*
  * A structured header a reader must refuse: nb 0, fractional, with blocks
  * narrower than nb or wider than 260 rows, or the wrong rounds for nb.
  */
@@ -407,20 +434,158 @@ test_structured_header(void)
 		{ 4, 17 }, { 5, -1 }, { 5, 1e30f }
 	};
 	uint8_t *buf = malloc(q->rot_len);
-	size_t i;
 
 	CHECK((uint32_t)q->rot[0] == 5 && (uint32_t)q->rot[1] == 17);
-	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		memcpy(buf, q->rot, q->rot_len);
-		wr_lef32(buf, bad[i][0]);
-		wr_lef32(buf + 4, bad[i][1]);
-		CHECK(tq_rotation_check(300, TQ_ROT_STRUCTURED, buf,
-		    q->rot_len) == TQ_ERR_FORMAT);
-	}
+	check_bad_headers(q, bad, sizeof(bad) / sizeof(bad[0]), buf);
 	memcpy(buf, q->rot, q->rot_len);
 	CHECK_OK(tq_rotation_check(300, TQ_ROT_STRUCTURED, buf, q->rot_len));
 	CHECK(tq_rotation_check(300, TQ_ROT_STRUCTURED, buf, 4) ==
 	    TQ_ERR_FORMAT);
+	free(buf);
+	tq_quantizer_free(q);
+}
+
+/*
+ * The Hadamard rotation: norms kept and undone (rounding apart) at
+ * dimensions with p = d and p < d, d = 1 and 2 included; the bytes of
+ * a reference written from tq(5)'s description (gather, signs, the
+ * unnormalised transform by its definition, then the scale); and the
+ * headers and entries a reader must refuse.
+ */
+static void
+hadamard_reference(const float *rot, uint32_t d, const float *x, float *v)
+{
+	uint32_t p = (uint32_t)rot[1], r, i, k, ns = p < d ? 2 : 1;
+	const float *at = rot + 2;
+	const float sc = (float)(1.0 / sqrt((double)p));
+	float *w = malloc(d * sizeof(float));
+
+	memcpy(v, x, d * sizeof(float));
+	for (r = 0; r < 4; r++) {
+		for (i = 0; i < d; i++)
+			w[i] = v[(uint32_t)at[i]];
+		at += d;
+		for (k = 0; k < ns; k++, at += d) {
+			uint32_t o = k == 0 ? 0 : d - p, h, j;
+
+			for (i = 0; i < d; i++)
+				w[i] *= at[i];
+			/* butterflies in the order of the kernel: fours first */
+			if (p >= 4) {
+				for (i = 0; i < p; i += 4) {
+					float a = w[o + i] + w[o + i + 1];
+					float b = w[o + i] - w[o + i + 1];
+					float c = w[o + i + 2] + w[o + i + 3];
+					float e = w[o + i + 2] - w[o + i + 3];
+
+					w[o + i] = a + c;
+					w[o + i + 1] = b + e;
+					w[o + i + 2] = a - c;
+					w[o + i + 3] = b - e;
+				}
+				h = 4;
+			} else {
+				h = 1;
+			}
+			for (; h < p; h *= 2)
+				for (i = 0; i < p; i += 2 * h)
+					for (j = i; j < i + h; j++) {
+						float a = w[o + j], b = w[o + j + h];
+
+						w[o + j] = a + b;
+						w[o + j + h] = a - b;
+					}
+			for (i = 0; i < p; i++)
+				w[o + i] *= sc;
+		}
+		memcpy(v, w, d * sizeof(float));
+	}
+	free(w);
+}
+
+static void
+test_hadamard(void)
+{
+	static const uint32_t dims[] = { 1, 2, 3, 100, 256, 300, 1536, 5000 };
+	size_t k;
+
+	for (k = 0; k < sizeof(dims) / sizeof(dims[0]); k++) {
+		uint32_t d = dims[k], p = 1;
+		struct tq_quantizer *q;
+		size_t n = 8, i;
+		float *x, *y, *v;
+		int same = 1;
+
+		if (quick && d > 1536)
+			continue;
+		q = make_q(d, 2, TQ_METRIC_IP, TQ_ROT_HADAMARD, 13, 0);
+		while (p <= d / 2)
+			p *= 2;
+		CHECK(q->rotation == TQ_ROT_HADAMARD);
+		CHECK((uint32_t)q->rot[0] == 4 && (uint32_t)q->rot[1] == p);
+		CHECK(q->rot_len == 4 * (2 + 4 * (size_t)d * (p < d ? 3 : 2)));
+		CHECK_OK(tq_rotation_check(d, TQ_ROT_HADAMARD, q->rot,
+		    q->rot_len));
+		x = gauss_rows(n, d, 0);
+		y = malloc(n * d * sizeof(float));
+		v = malloc(d * sizeof(float));
+		check_norm_inverse(q, x, n, y);
+		for (i = 0; i < n; i++) {
+			hadamard_reference(q->rot, d, x + i * d, v);
+			same &= memcmp(v, y + i * d, d * sizeof(float)) == 0;
+		}
+		CHECK(same);
+		free(x);
+		free(y);
+		free(v);
+		tq_quantizer_free(q);
+	}
+}
+
+static void
+test_hadamard_header(void)
+{
+	struct tq_quantizer *q = make_q(300, 4, TQ_METRIC_IP, TQ_ROT_HADAMARD,
+	    3, 0);
+	static const float bad[][2] = {
+		{ 3, 256 }, { 5, 256 }, { 4, 128 }, { 4, 512 }, { 4, 300 },
+		{ 4, -256 }, { 4, 256.5f }, { NAN, 256 }
+	};
+	uint8_t *buf = malloc(q->rot_len);
+
+	CHECK((uint32_t)q->rot[0] == 4 && (uint32_t)q->rot[1] == 256);
+	check_bad_headers(q, bad, sizeof(bad) / sizeof(bad[0]), buf);
+	/* a permutation entry repeated, a sign that is not +-1 */
+	memcpy(buf, q->rot, q->rot_len);
+	wr_lef32(buf + 8, q->rot[3]);
+	CHECK(tq_rotation_check(300, TQ_ROT_HADAMARD, buf, q->rot_len) ==
+	    TQ_ERR_FORMAT);
+	memcpy(buf, q->rot, q->rot_len);
+	wr_lef32(buf + 4 * (2 + 300 + 7), 0.5f);
+	CHECK(tq_rotation_check(300, TQ_ROT_HADAMARD, buf, q->rot_len) ==
+	    TQ_ERR_FORMAT);
+	memcpy(buf, q->rot, q->rot_len);
+	wr_lef32(buf + q->rot_len - 4, -0.0f);
+	CHECK(tq_rotation_check(300, TQ_ROT_HADAMARD, buf, q->rot_len) ==
+	    TQ_ERR_FORMAT);
+	memcpy(buf, q->rot, q->rot_len);
+	CHECK_OK(tq_rotation_check(300, TQ_ROT_HADAMARD, buf, q->rot_len));
+	CHECK(tq_rotation_check(300, TQ_ROT_HADAMARD, buf, q->rot_len - 4) ==
+	    TQ_ERR_FORMAT);
+	CHECK(tq_rotation_check(300, TQ_ROT_HADAMARD, buf, 4) ==
+	    TQ_ERR_FORMAT);
+	/* a width asks for a structured rotation */
+	{
+		struct tq_fit_params fp;
+		struct tq_quantizer *q2 = NULL;
+
+		tq_fit_params_default(&fp);
+		fp.dim = 300;
+		fp.rotation = TQ_ROT_HADAMARD;
+		fp.rotation_block = 16;
+		CHECK(tq_quantizer_fit(&fp, NULL, &q2) == TQ_ERR_ARG);
+		CHECK(q2 == NULL);
+	}
 	free(buf);
 	tq_quantizer_free(q);
 }
@@ -468,6 +633,7 @@ test_structured_vs_dense(void)
 		struct tq_quantizer *qs = make_q(d, b, TQ_METRIC_IP,
 		    TQ_ROT_STRUCTURED, 5, 0);
 		double md = mse_d(qd, x, n), ms = mse_d(qs, x, n), mn = 0;
+		double mh = 0;
 		uint64_t seed;
 
 		/*
@@ -481,12 +647,18 @@ test_structured_vs_dense(void)
 			CHECK((uint32_t)qn->rot[1] == 32);
 			mn += mse_d(qn, x, n) / 3;
 			tq_quantizer_free(qn);
+			qn = make_q(d, b, TQ_METRIC_IP, TQ_ROT_HADAMARD, seed,
+			    0);
+			mh += mse_d(qn, x, n) / 3;
+			tq_quantizer_free(qn);
 		}
 		printf("  d=%u b=%u sparse/smooth mse*d: dense %.5f "
 		    "structured %.5f (ratio %.4f), 32 blocks (3 seeds) %.5f "
-		    "(ratio %.4f)\n", (unsigned)d, b, md, ms, ms / md, mn, mn / md);
+		    "(ratio %.4f), hadamard (3 seeds) %.5f (ratio %.4f)\n",
+		    (unsigned)d, b, md, ms, ms / md, mn, mn / md, mh, mh / md);
 		CHECK(fabs(ms / md - 1) < 0.02);
 		CHECK(fabs(mn / md - 1) < 0.02);
+		CHECK(fabs(mh / md - 1) < 0.02);
 		tq_quantizer_free(qd);
 		tq_quantizer_free(qs);
 	}
@@ -1375,6 +1547,8 @@ main(void)
 	RUN(test_dense_orthogonal);
 	RUN(test_structured);
 	RUN(test_structured_header);
+	RUN(test_hadamard);
+	RUN(test_hadamard_header);
 	RUN(test_rotation_auto);
 	RUN(test_narrow_reference);
 	RUN(test_structured_vs_dense);
