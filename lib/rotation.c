@@ -683,9 +683,11 @@ make_structured(uint32_t d, uint32_t nb, struct rng *g, float *p)
  * test: 1-bit codes of text-384 (flat, no re-rank, eleven seeds) gave
  * recall@10 0.6641 with a dense rotation, 0.6617 with three rounds and
  * 0.6641 with four (standard error 0.001), hence four.  They cost about
- * 8 p log2 p additions and 2 d gathers (at d = 1536, 82k additions
+ * 8 p log2 p additions and 4 d gathers (at d = 1536, 82k additions
  * against the narrowest structured layout's 300k multiply-adds from 1.2
- * MB of blocks, which a query after a scan reads from L3).
+ * MB of blocks, which a query after a scan reads from L3): one row took
+ * 3.5, 7.2 and 14 us at d = 384, 784 and 1536 against 6.1, 14 and 33 us
+ * (scripts/bench-rotate.c, AVX-512).
  *
  * Payload, all f32 (integers and signs as exact float values):
  *     [0] rounds (4)   [1] p
@@ -1253,10 +1255,53 @@ quad(float *restrict a, float *restrict b, float *restrict c,
 }
 
 /*
- * v[0 .. p) <- H v / sqrt(p), in place, two levels a pass (the first two
- * on each four consecutive values), the last pass scaling what it
- * writes: every element sees the additions of the plain definition in
- * its order, then the one multiplication (tq(5)).
+ * Levels h = 1, 2, 4 and 8 of the transform on the 16 values at `at`,
+ * each then multiplied by s (1, exact, or the final scale), as whole
+ * vectors (GCC's vector extension, which each clone compiles to its
+ * own instructions): the partner of lane j is lane j ^ h, and lane j
+ * becomes partner + v_j where bit h of j is clear (v_j + v_{j+h}) and
+ * partner + (-v_j) where it is set (v_{j-h} - v_j): the same sums as the
+ * plain definition, bit for bit (the sign is exact, and x + (-y) is
+ * x - y).
+ */
+typedef float had_f32x16 __attribute__((vector_size(64)));
+typedef int32_t had_i32x16 __attribute__((vector_size(64)));
+
+static inline void
+had_levels16(float *restrict at, float s)
+{
+	static const had_i32x16 m1 = { 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10,
+		13, 12, 15, 14 };
+	static const had_i32x16 m2 = { 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9,
+		14, 15, 12, 13 };
+	static const had_i32x16 m4 = { 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15,
+		8, 9, 10, 11 };
+	static const had_i32x16 m8 = { 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2,
+		3, 4, 5, 6, 7 };
+	static const had_f32x16 s1 = { 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1,
+		-1, 1, -1, 1, -1 };
+	static const had_f32x16 s2 = { 1, 1, -1, -1, 1, 1, -1, -1, 1, 1, -1,
+		-1, 1, 1, -1, -1 };
+	static const had_f32x16 s4 = { 1, 1, 1, 1, -1, -1, -1, -1, 1, 1, 1, 1,
+		-1, -1, -1, -1 };
+	static const had_f32x16 s8 = { 1, 1, 1, 1, 1, 1, 1, 1, -1, -1, -1, -1,
+		-1, -1, -1, -1 };
+	had_f32x16 v;
+
+	memcpy(&v, at, sizeof(v));
+	v = __builtin_shuffle(v, m1) + v * s1;
+	v = __builtin_shuffle(v, m2) + v * s2;
+	v = __builtin_shuffle(v, m4) + v * s4;
+	v = (__builtin_shuffle(v, m8) + v * s8) * s;
+	memcpy(at, &v, sizeof(v));
+}
+
+/*
+ * v[0 .. p) <- H v / sqrt(p), in place: the first four levels on each 16
+ * consecutive values (the first two on fours when p < 16), then two
+ * levels a pass, the last pass scaling what it writes: every element
+ * sees the additions of the plain definition in its order, then the one
+ * multiplication (tq(5)).
  */
 QR_CLONES static void
 fwht(float *restrict v, uint32_t p)
@@ -1264,7 +1309,23 @@ fwht(float *restrict v, uint32_t p)
 	const float sc = (float)(1.0 / sqrt((double)p));
 	uint32_t h, i;
 
-	if (p < 4) {
+	if (p >= 16) {
+		for (i = 0; i < p; i += 16)
+			had_levels16(v + i, p == 16 ? sc : 1.0f);
+		h = 16;
+	} else if (p >= 4) {
+		for (i = 0; i < p; i += 4) {
+			float s4 = p == 4 ? sc : 1.0f;
+			float a = v[i] + v[i + 1], b = v[i] - v[i + 1];
+			float c = v[i + 2] + v[i + 3], e = v[i + 2] - v[i + 3];
+
+			v[i] = (a + c) * s4;
+			v[i + 1] = (b + e) * s4;
+			v[i + 2] = (a - c) * s4;
+			v[i + 3] = (b - e) * s4;
+		}
+		h = 4;
+	} else {
 		for (i = 0; i + 1 < p; i += 2) {
 			float x = v[i], y = v[i + 1];
 
@@ -1275,17 +1336,7 @@ fwht(float *restrict v, uint32_t p)
 			v[0] *= sc;
 		return;
 	}
-	for (i = 0; i < p; i += 4) {
-		float s4 = p == 4 ? sc : 1.0f;
-		float a = v[i] + v[i + 1], b = v[i] - v[i + 1];
-		float c = v[i + 2] + v[i + 3], e = v[i + 2] - v[i + 3];
-
-		v[i] = (a + c) * s4;
-		v[i + 1] = (b + e) * s4;
-		v[i + 2] = (a - c) * s4;
-		v[i + 3] = (b - e) * s4;
-	}
-	for (h = 4; h < p; h *= 4) {
+	for (; h < p; h *= 4) {
 		if (2 * h == p) {	/* one level left */
 			float *restrict x = v, *restrict y = v + h;
 
@@ -1303,13 +1354,34 @@ fwht(float *restrict v, uint32_t p)
 	}
 }
 
-/* out[i] = v[perm[i]] * sg[i]: a round's gather and signs. */
+/* idx[i] = perm[i] for n stored indices, as whole vectors. */
 QR_CLONES static void
-gather_signs(float *restrict out, const float *restrict v,
-    const float *restrict perm, const float *restrict sg, uint32_t d)
+perm_index(int32_t *restrict idx, const float *restrict perm, uint32_t n)
 {
-	for (uint32_t i = 0; i < d; i++)
-		out[i] = v[(int32_t)perm[i]] * sg[i];
+	for (uint32_t i = 0; i < n; i++)
+		idx[i] = (int32_t)perm[i];
+}
+
+/*
+ * out[i] = v[perm[i]], the indices converted a run at a time first.  The
+ * loads are not a clone: at -O3 the compiler emulated a vector gather
+ * with a load and an insert a lane, slower than these scalar loads
+ * (perf, d = 768: 48 % of a rotation).
+ */
+#define HAD_RUN 256u
+static void
+gather(float *restrict out, const float *restrict v,
+    const float *restrict perm, uint32_t d)
+{
+	int32_t idx[HAD_RUN];
+
+	for (uint32_t i0 = 0; i0 < d; i0 += HAD_RUN) {
+		uint32_t n = d - i0 < HAD_RUN ? d - i0 : HAD_RUN, i;
+
+		perm_index(idx, perm + i0, n);
+		for (i = 0; i < n; i++)
+			out[i0 + i] = v[idx[i]];
+	}
 }
 
 QR_CLONES static void
@@ -1319,13 +1391,18 @@ signs(float *restrict v, const float *restrict sg, uint32_t d)
 		v[i] *= sg[i];
 }
 
-/* One row in place: the rounds forward (inv = 0) or undone (inv = 1). */
+/*
+ * One row in place: the rounds forward (inv = 0) or undone (inv = 1).
+ * Forward through tmp, the gathers go from one buffer to the other and
+ * the row ends where it began (HAD_ROUNDS is even).
+ */
 static void
 had_row(const float *rot, uint32_t d, float *v, float *tmp, uint64_t *mark,
     int inv)
 {
 	uint32_t p = (uint32_t)rot[1], i;	/* checked on load */
 	size_t per = had_round(d);
+	float *cur = v;
 	int r;
 
 	for (r = inv ? (int)HAD_ROUNDS - 1 : 0; r >= 0 &&
@@ -1335,16 +1412,18 @@ had_row(const float *rot, uint32_t d, float *v, float *tmp, uint64_t *mark,
 
 		if (!inv) {
 			if (tmp != NULL) {
-				gather_signs(tmp, v, perm, a, d);
-				memcpy(v, tmp, (size_t)d * sizeof(*v));
+				float *to = cur == v ? tmp : v;
+
+				gather(to, cur, perm, d);
+				cur = to;
 			} else {
-				permute_gather(v, perm, d, mark);
-				signs(v, a, d);
+				permute_gather(cur, perm, d, mark);
 			}
-			fwht(v, p);
+			signs(cur, a, d);
+			fwht(cur, p);
 			if (p < d) {
-				signs(v, b, d);
-				fwht(v + (d - p), p);
+				signs(cur, b, d);
+				fwht(cur + (d - p), p);
 			}
 		} else {
 			if (p < d) {
@@ -1362,6 +1441,8 @@ had_row(const float *rot, uint32_t d, float *v, float *tmp, uint64_t *mark,
 			}
 		}
 	}
+	if (cur != v)
+		memcpy(v, cur, (size_t)d * sizeof(*v));
 }
 
 static void

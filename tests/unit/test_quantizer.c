@@ -506,7 +506,8 @@ hadamard_reference(const float *rot, uint32_t d, const float *x, float *v)
 static void
 test_hadamard(void)
 {
-	static const uint32_t dims[] = { 1, 2, 3, 100, 256, 300, 1536, 5000 };
+	static const uint32_t dims[] = { 1, 2, 3, 5, 12, 17, 40, 100, 256, 300,
+		1536, 5000 };
 	size_t k;
 
 	for (k = 0; k < sizeof(dims) / sizeof(dims[0]); k++) {
