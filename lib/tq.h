@@ -346,6 +346,8 @@ enum tq_rotation {
 				   round */
 };
 #define TQ_DENSE_MAX_DIM 4096u
+/* Auto: dense below this dimension, Hadamard from it (the name is from
+   when auto chose the narrow structured rotation there). */
 #define TQ_ROT_NARROW_MIN 256u
 #define TQ_ROT_BLOCK_MAX 256u
 
