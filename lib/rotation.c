@@ -839,9 +839,16 @@ tq_rotation_make(uint32_t dim, enum tq_rotation kind, uint32_t width,
 
 /* Entries of an orthogonal matrix lie in [-1, 1]; allow f32 rounding. */
 static int
-bad_entry(float v)
+unit_entry(float v)
 {
-	return !(v >= -1.001f && v <= 1.001f);
+	return v >= -1.001f && v <= 1.001f;
+}
+
+/* A Hadamard layout's signs. */
+static int
+sign_entry(float v)
+{
+	return v == 1.0f || v == -1.0f;
 }
 
 /* 1 if the d floats at p are a permutation of 0 .. d-1 (seen: d bytes). */
@@ -860,39 +867,32 @@ is_perm(const uint8_t *p, uint32_t d, uint8_t *seen)
 	return 1;
 }
 
+/*
+ * The rounds of a structured or Hadamard payload p, from its third float:
+ * each a permutation of 0 .. d-1, then `rest` entries that ok() accepts
+ * (`what` says what they must be).
+ */
 static enum tq_status
-hadamard_check(uint32_t d, const uint8_t *p, size_t len)
+check_rounds(const uint8_t *p, uint32_t d, uint32_t rounds, size_t rest,
+    int (*ok)(float), const char *what)
 {
-	size_t at, i;
-	uint32_t r, k, ns = had_p(d) < d ? 2 : 1;
-	uint8_t *seen;
+	uint8_t *seen = malloc(d);
+	size_t at = 2, e;
+	uint32_t r;
 
-	if (len < 8 || rd_lef32(p) != (float)HAD_ROUNDS ||
-	    rd_lef32(p + 4) != (float)had_p(d))
-		return tq_fail(TQ_ERR_FORMAT, "section ROTM: bad Hadamard "
-		    "header");
-	if (len != had_floats(d) * 4)
-		return tq_fail(TQ_ERR_FORMAT, "section ROTM: length %zu, "
-		    "expected %zu", len, had_floats(d) * 4);
-	if ((seen = malloc(d)) == NULL)
+	if (seen == NULL)
 		return tq_fail(TQ_ERR_NOMEM, "out of memory");
-	for (r = 0, at = 2; r < HAD_ROUNDS; r++) {
+	for (r = 0; r < rounds; r++) {
 		if (!is_perm(p + 4 * at, d, seen)) {
 			free(seen);
 			return tq_fail(TQ_ERR_FORMAT, "section ROTM: round %u "
 			    "is not a permutation", r);
 		}
-		at += d;
-		for (k = 0; k < ns; k++)
-			for (i = 0; i < d; i++, at++) {
-				float v = rd_lef32(p + 4 * at);
-
-				if (v != 1.0f && v != -1.0f) {
-					free(seen);
-					return tq_fail(TQ_ERR_FORMAT, "section "
-					    "ROTM: entry %zu is not a sign",
-					    at);
-				}
+		for (at += d, e = 0; e < rest; e++, at++)
+			if (!ok(rd_lef32(p + 4 * at))) {
+				free(seen);
+				return tq_fail(TQ_ERR_FORMAT, "section ROTM: "
+				    "entry %zu is not %s", at, what);
 			}
 	}
 	free(seen);
@@ -904,9 +904,8 @@ tq_rotation_check(uint32_t dim, enum tq_rotation kind, const void *payload,
     size_t len)
 {
 	const uint8_t *p = payload;
-	size_t nf, i, at;
-	uint32_t nb, r, b;
-	uint8_t *seen;
+	size_t nf, i;
+	uint32_t nb;
 
 	if (dim < 1 || dim > TQ_MAX_DIM)
 		return tq_fail(TQ_ERR_FORMAT, "section ROTM: dimension %u out "
@@ -920,47 +919,34 @@ tq_rotation_check(uint32_t dim, enum tq_rotation kind, const void *payload,
 			return tq_fail(TQ_ERR_FORMAT, "section ROTM: length %zu, "
 			    "expected %zu", len, nf * 4);
 		for (i = 0; i < nf; i++)
-			if (bad_entry(rd_lef32(p + 4 * i)))
+			if (!unit_entry(rd_lef32(p + 4 * i)))
 				return tq_fail(TQ_ERR_FORMAT, "section ROTM: "
 				    "entry %zu is not in [-1, 1]", i);
 		return TQ_OK;
 	}
-	if (kind == TQ_ROT_HADAMARD)
-		return hadamard_check(dim, p, len);
-	if (kind != TQ_ROT_STRUCTURED)
+	if (kind == TQ_ROT_HADAMARD) {
+		if (len < 8 || rd_lef32(p) != (float)HAD_ROUNDS ||
+		    rd_lef32(p + 4) != (float)had_p(dim))
+			return tq_fail(TQ_ERR_FORMAT, "section ROTM: bad "
+			    "Hadamard header");
+		nf = had_floats(dim);
+	} else if (kind == TQ_ROT_STRUCTURED) {
+		if (len < 8 || (nb = struct_nb_of(dim, p)) == 0)
+			return tq_fail(TQ_ERR_FORMAT, "section ROTM: bad "
+			    "structured header");
+		nf = struct_floats(dim, nb);
+	} else {
 		return tq_fail(TQ_ERR_FORMAT, "unknown rotation kind %d",
 		    (int)kind);
-	if (len < 8 || (nb = struct_nb_of(dim, p)) == 0)
-		return tq_fail(TQ_ERR_FORMAT, "section ROTM: bad structured "
-		    "header");
-	nf = struct_floats(dim, nb);
+	}
 	if (len != nf * 4)
 		return tq_fail(TQ_ERR_FORMAT, "section ROTM: length %zu, "
 		    "expected %zu", len, nf * 4);
-	if ((seen = malloc(dim)) == NULL)
-		return tq_fail(TQ_ERR_NOMEM, "out of memory");
-	at = 2;
-	for (r = 0; r < struct_rounds(dim, nb); r++) {
-		if (!is_perm(p + 4 * at, dim, seen)) {
-			free(seen);
-			return tq_fail(TQ_ERR_FORMAT, "section ROTM: round %u "
-			    "is not a permutation", r);
-		}
-		at += dim;
-		for (b = 0; b < nb; b++) {
-			size_t s = struct_size(dim, nb, b), e;
-
-			for (e = 0; e < s * s; e++, at++)
-				if (bad_entry(rd_lef32(p + 4 * at))) {
-					free(seen);
-					return tq_fail(TQ_ERR_FORMAT, "section "
-					    "ROTM: entry %zu is not in [-1, 1]",
-					    at);
-				}
-		}
-	}
-	free(seen);
-	return TQ_OK;
+	if (kind == TQ_ROT_HADAMARD)
+		return check_rounds(p, dim, HAD_ROUNDS, had_round(dim) - dim,
+		    sign_entry, "a sign");
+	return check_rounds(p, dim, struct_rounds(dim, nb), (nf - 2) /
+	    struct_rounds(dim, nb) - dim, unit_entry, "in [-1, 1]");
 }
 
 /* ------------------------------------------------------------------------ */

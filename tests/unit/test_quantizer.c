@@ -470,27 +470,12 @@ hadamard_reference(const float *rot, uint32_t d, const float *x, float *v)
 
 			for (i = 0; i < d; i++)
 				w[i] *= at[i];
-			/* butterflies in the order of the kernel: fours first */
-			if (p >= 4) {
-				for (i = 0; i < p; i += 4) {
-					float a = w[o + i] + w[o + i + 1];
-					float b = w[o + i] - w[o + i + 1];
-					float c = w[o + i + 2] + w[o + i + 3];
-					float e = w[o + i + 2] - w[o + i + 3];
-
-					w[o + i] = a + c;
-					w[o + i + 1] = b + e;
-					w[o + i + 2] = a - c;
-					w[o + i + 3] = b - e;
-				}
-				h = 4;
-			} else {
-				h = 1;
-			}
-			for (; h < p; h *= 2)
+			/* the definition: levels h = 1, 2, 4, ..., then scale */
+			for (h = 1; h < p; h *= 2)
 				for (i = 0; i < p; i += 2 * h)
 					for (j = i; j < i + h; j++) {
-						float a = w[o + j], b = w[o + j + h];
+						float a = w[o + j];
+						float b = w[o + j + h];
 
 						w[o + j] = a + b;
 						w[o + j + h] = a - b;
