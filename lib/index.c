@@ -211,7 +211,15 @@ struct build {
 	int fach;
 	double cc;
 	uint8_t *hbuf;		/* chunk / 32 * TQ_FACH_BLOCK */
-	uint64_t *idtmp;
+	/*
+	 * The new segment's ids: 8 bytes each (IDS) or 4 (ID32), chosen by
+	 * ids_width before its sections are sized; id32 holds a chunk's
+	 * when 4.  id_top: the largest id known to go in before the rows
+	 * are read (given ids, a rewrite's live rows), else 0.
+	 */
+	unsigned idw;
+	uint8_t *id32;		/* chunk * 4 */
+	uint64_t id_top;
 	uint8_t *obuf;		/* chunk * dim * 4 */
 	/*
 	 * IVF with originals: ORIG is written as the vectors arrive, each
@@ -315,7 +323,7 @@ build_free(struct build *b)
 	free(b->fblocks);
 	free(b->hbuf);
 	free(b->idbuf);
-	free(b->idtmp);
+	free(b->id32);
 	free(b->obuf);
 	free(b->mbuf);
 	orank_free(b);
@@ -363,10 +371,10 @@ build_alloc(struct build *b)
 	b->hbuf = tq_mallocarray(b->chunk / TQ_BLOCK, TQ_FACH_BLOCK);
 	b->cc = tq_centre_norm2(b->q);
 	b->idbuf = tq_mallocarray(b->chunk, 8);
-	b->idtmp = tq_mallocarray(b->chunk, sizeof(uint64_t));
+	b->id32 = tq_mallocarray(b->chunk, 4);
 	b->obuf = tq_mallocarray(b->chunk, dim * sizeof(float));
 	if (!b->x || !b->codes || !b->factors || !b->blocks || !b->fblocks ||
-	    !b->hbuf || !b->idbuf || !b->idtmp || !b->obuf)
+	    !b->hbuf || !b->idbuf || !b->id32 || !b->obuf)
 		return tq_fail(TQ_ERR_NOMEM, "out of memory");
 	b->ivf = b->q->ivf.nlist > 0;
 	b->resid = (b->q->flags & TQ_QFLAG_RESIDUAL) != 0;
@@ -698,7 +706,7 @@ write_chunk(struct build *b, size_t rows, uint64_t row0, unsigned threads)
 	return rows_out(b, rows);
 }
 
-/* Reserves CODE, FACT, IDS and ORIG for n rows. */
+/* Reserves CODE, FACT, IDS (or ID32) and ORIG for n rows. */
 static enum tq_status
 reserve_rows(struct build *b, uint64_t n, uint64_t nblocks)
 {
@@ -714,7 +722,8 @@ reserve_rows(struct build *b, uint64_t n, uint64_t nblocks)
 		TQ_TRY(tq_fw_reserve(b->fw, TQ_TAG_FACT,
 		    nblocks * TQ_BLOCK * TQ_NFACTORS * sizeof(float),
 		    &b->s_fact));
-	TQ_TRY(tq_fw_reserve(b->fw, TQ_TAG_IDS, n * 8, &b->s_ids));
+	TQ_TRY(tq_fw_reserve(b->fw, b->idw == 4 ? TQ_TAG_ID32 : TQ_TAG_IDS,
+	    n * b->idw, &b->s_ids));
 	TQ_TRY(tq_fw_reserve(b->fw, TQ_TAG_WDTH, n * 2, &b->s_wdth));
 	if (b->omap) {
 		TQ_TRY(tq_fw_reserve(b->fw, TQ_TAG_OMAP, n * 4, &b->s_omap));
@@ -798,6 +807,17 @@ fspool_chunk(struct build *b, size_t rows)
 	return TQ_OK;
 }
 
+/* The ids of `rows` rows of the chunk (idbuf) out in the segment's width. */
+static enum tq_status
+ids_put(struct build *b, size_t rows)
+{
+	if (b->idw == 8)
+		return tq_fw_put(b->fw, b->s_ids, b->idbuf, rows * 8);
+	for (size_t i = 0; i < rows; i++)
+		wr_le32(b->id32 + 4 * i, (uint32_t)rd_le64(b->idbuf + 8 * i));
+	return tq_fw_put(b->fw, b->s_ids, b->id32, rows * 4);
+}
+
 /* Writes `rows` rows of the chunk, its codes already in b->blocks. */
 static enum tq_status
 chunk_out(struct build *b, size_t rows)
@@ -806,7 +826,7 @@ chunk_out(struct build *b, size_t rows)
 	if (b->fspool)
 		return fspool_chunk(b, rows);
 	TQ_TRY(put_blocks(b, rows));
-	TQ_TRY(tq_fw_put(b->fw, b->s_ids, b->idbuf, rows * 8));
+	TQ_TRY(ids_put(b, rows));
 	TQ_TRY(tq_fw_put(b->fw, b->s_wdth, b->wbuf, rows * 2));
 	if (b->omap)
 		TQ_TRY(tq_fw_put(b->fw, b->s_omap, b->mbuf, rows * 4));
@@ -1042,17 +1062,39 @@ chunk_clear(struct build *b)
 	memset(b->fblocks, 0, b->chunk * TQ_NFACTORS * sizeof(float));
 }
 
-/* Opens the output and sizes its sections for n rows. */
+/*
+ * The width of the new segment's ids (tq(5) ID32): 4 bytes when every id
+ * it will hold is below 2^32, else 8.  They are the given ids or, without
+ * them, ngen new ones from first_id on, and a rewrite's live rows'; the
+ * largest of those known before the rows are read is id_top.  A fresh
+ * build of the same rows with the same ids chooses the same.
+ */
+static void
+ids_width(struct build *b, uint64_t ngen)
+{
+	uint64_t top = b->id_top;
+
+	if (b->allids == NULL && ngen > 0) {
+		uint64_t last = ngen - 1 > UINT64_MAX - b->first_id ?
+		    UINT64_MAX : b->first_id + (ngen - 1);
+
+		top = last > top ? last : top;
+	}
+	b->idw = top <= UINT32_MAX ? 4 : 8;
+}
+
 /*
  * Opens the output (unless the caller opened a commit onto an existing
- * index) and sizes the sections of its new segment for n rows; IPAR is
- * written last (build_end), when the ids are known.
+ * index) and sizes the sections of its new segment for n rows, ngen of
+ * them new rows without given ids; IPAR is written last (build_end),
+ * when the ids are known.
  */
 static enum tq_status
-open_output(struct build *b, const char *path, uint64_t n)
+open_output(struct build *b, const char *path, uint64_t n, uint64_t ngen)
 {
 	uint64_t nblocks = (n + TQ_BLOCK - 1) / TQ_BLOCK;
 
+	ids_width(b, ngen);
 	TQ_TRY(open_file(b, path));
 	b->seg_rows = n;
 	b->seg_blocks = nblocks;
@@ -1076,11 +1118,11 @@ old_row_to_chunk(struct build *b, const struct tq_part *p, uint64_t r,
 	old_factors(b, p, r, b->factors + at * TQ_NFACTORS);
 	/* A segment written before WDTH: unknown. */
 	b->rho[at] = p->wdth != NULL ? rd_le16(p->wdth + 2 * r) : 0x7c00u;
-	memcpy(b->idbuf + 8 * at, p->ids + 8 * r, 8);
+	wr_le64(b->idbuf + 8 * at, tq_part_id(p, r));
 	if (ob > 0)
 		memcpy(b->obuf + at * ob, tq_part_orig(p, r, ob), ob);
 	tq_lab_old(b->lbl, p, r, 1, at);
-	see_id(b, rd_le64(p->ids + 8 * r));
+	see_id(b, tq_part_id(p, r));
 }
 
 /* The live rows among local rows [r0, r1) of segment p. */
@@ -1117,7 +1159,8 @@ old_rows_to_chunk(struct build *b, const struct tq_part *p, uint64_t r,
 		for (unsigned k = 0; k < TQ_NFACTORS; k++)
 			fd[k * TQ_BLOCK] = f[k];
 	}
-	memcpy(b->idbuf + 8 * at, p->ids + 8 * r, 8 * len);
+	for (size_t i = 0; i < len; i++)
+		wr_le64(b->idbuf + 8 * (at + i), tq_part_id(p, r + i));
 	if (p->wdth != NULL)
 		memcpy(b->wbuf + 2 * at, p->wdth + 2 * r, 2 * len);
 	else
@@ -1141,7 +1184,7 @@ old_rows_to_chunk(struct build *b, const struct tq_part *p, uint64_t r,
 	}
 	tq_lab_old(b->lbl, p, r, len, at);
 	for (size_t i = 0; i < len; i++)
-		see_id(b, rd_le64(p->ids + 8 * (r + i)));
+		see_id(b, tq_part_id(p, r + i));
 }
 
 /*
@@ -1258,7 +1301,7 @@ ivf_emit(struct build *b, const char *path)
 	/* Copies in more lists make the row count known only now. */
 	if (b->omap)
 		TQ_TRY(tq_fw_end(b->fw));
-	TQ_TRY(open_output(b, path, n));
+	TQ_TRY(open_output(b, path, n, b->rows_done));
 	for (uint32_t k = 0; k < b->nbucket; k++)
 		TQ_TRY(spill_flush(b, k));
 	mem = b->p->memory ? b->p->memory : TQ_BUILD_MEMORY;
@@ -1557,6 +1600,8 @@ ids_load(struct build *b, uint64_t **sorted)
 		return tq_fail(TQ_ERR_NOMEM, "out of memory");
 	memcpy(set, b->allids, b->nallids * 8);
 	qsort(set, b->nallids, 8, cmp_u64);
+	if (b->nallids > 0 && set[b->nallids - 1] > b->id_top)
+		b->id_top = set[b->nallids - 1];	/* ids_width */
 	for (size_t i = 1; i < b->nallids; i++)
 		if (set[i] == set[i - 1] && (nd == 0 || dup[nd - 1] != set[i])) {
 			uint64_t *d2 = realloc(dup, (nd + 1) * 8);
@@ -1621,7 +1666,7 @@ flat_emit(struct build *b, const char *path, uint64_t n)
 	uint64_t off = 0;
 
 	b->fspool = 0;
-	TQ_TRY(open_output(b, path, n));
+	TQ_TRY(open_output(b, path, n, n));
 	for (uint64_t row = 0; row < n; row += b->chunk) {
 		size_t rows = chunk_rows(b, n, row);
 		unsigned slot[5] = { b->s_code, b->s_fact, b->s_ids, b->s_wdth,
@@ -1633,7 +1678,11 @@ flat_emit(struct build *b, const char *path, uint64_t n)
 		for (unsigned k = 0; k < np; k++) {
 			TQ_TRY(read_all(b->sfd, "spool", part[k], len[k], off));
 			off += len[k];
-			TQ_TRY(tq_fw_put(b->fw, slot[k], part[k], len[k]));
+			if (part[k] == b->idbuf)
+				TQ_TRY(ids_put(b, rows));
+			else
+				TQ_TRY(tq_fw_put(b->fw, slot[k], part[k],
+				    len[k]));
 		}
 		if (b->p->progress != NULL)
 			b->p->progress(b->p->progress_arg, "writing",
@@ -1708,7 +1757,7 @@ build_run(struct build *b, struct source *src, const char *path)
 		if (b->omap)
 			TQ_TRY(orig_begin(b, path));
 	} else if (!open_end)
-		TQ_TRY(open_output(b, path, n));
+		TQ_TRY(open_output(b, path, n, n));
 	else {
 		char *tmp;
 
@@ -1843,15 +1892,25 @@ static enum tq_status
 part_bind(struct tq_index *ix, uint32_t part, struct tq_part *p)
 {
 	const struct tq_file *f = &ix->file;
-	const uint8_t *fp;
-	uint64_t len, hlen = 0, ml, want, w;
+	const uint8_t *fp, *i32;
+	uint64_t len, hlen = 0, len32 = 0, ml, want, w;
 	unsigned seg = part > 0 ? part - 1 : 0;
 
 	p->ids = tq_file_part(f, part, TQ_TAG_IDS, &len);
-	if (p->ids == NULL || len % 8 != 0 || len == 0)
-		return tq_fail(TQ_ERR_FORMAT, "segment %u: section IDS: "
-		    "missing or wrong length", seg);
-	p->n = len / 8;
+	p->idw = 8;
+	if ((i32 = tq_file_part(f, part, TQ_TAG_ID32, &len32)) != NULL) {
+		if (p->ids != NULL)
+			return tq_fail(TQ_ERR_FORMAT, "segment %u: both IDS "
+			    "and ID32", seg);
+		p->ids = i32;
+		p->idw = 4;
+		len = len32;
+	}
+	if (p->ids == NULL || len % p->idw != 0 || len == 0)
+		return tq_fail(TQ_ERR_FORMAT, "segment %u: section %s: "
+		    "missing or wrong length", seg, p->idw == 4 ? "ID32" :
+		    "IDS");
+	p->n = len / p->idw;
 	p->nblocks = (p->n + TQ_BLOCK - 1) / TQ_BLOCK;
 	p->codes = tq_file_part(f, part, TQ_TAG_CODE, &len);
 	if (p->codes == NULL || ck_mul64(p->nblocks, ix->block_bytes, &want) ||
@@ -2025,7 +2084,7 @@ index_next_id(const struct tq_index *ix)
 		return ix->next_id;
 	for (uint32_t s = 0; s < ix->nparts; s++)
 		for (uint64_t r = 0; r < ix->parts[s].n; r++) {
-			uint64_t id = rd_le64(ix->parts[s].ids + 8 * r);
+			uint64_t id = tq_part_id(&ix->parts[s], r);
 
 			if (id + 1 > mx)
 				mx = id == UINT64_MAX ? UINT64_MAX : id + 1;
@@ -2250,7 +2309,7 @@ tq_file_info(const char *path, struct tq_file_info *out)
 	struct tq_index *ix;
 	enum tq_status rc;
 	uint64_t wrows = 0;
-	double fbytes = 0.0, obytes = 0.0;
+	double fbytes = 0.0, ibytes = 0.0, obytes = 0.0;
 
 	memset(out, 0, sizeof(*out));
 	TQ_TRY(tq_file_map(path, &f));
@@ -2288,10 +2347,11 @@ tq_file_info(const char *path, struct tq_file_info *out)
 		fbytes += (double)ix->parts[s].nblocks *
 		    (ix->parts[s].fach != NULL ? TQ_FACH_BLOCK :
 		    TQ_BLOCK * TQ_NFACTORS * 4.0);
+		ibytes += (double)ix->parts[s].idw * (double)ix->parts[s].n;
 	}
 	out->bytes_per_vector = ((double)ix->nblocks *
 	    (double)ix->block_bytes + fbytes + 2.0 * (double)wrows) /
-	    (double)ix->n + 8.0;
+	    (double)ix->n + ibytes / (double)ix->n;
 	/* ORIG and OMAP: copies share an original, the map is 4 a row. */
 	for (uint32_t s = 0; s < ix->nparts; s++)
 		obytes += (double)ix->parts[s].norig * (double)tq_orig_bytes(
@@ -2353,7 +2413,7 @@ tq_filter_create(const struct tq_index *ix, const uint64_t *ids, size_t n,
 			uint64_t g = p->row0 + r;
 
 			if (!tq_part_dead(p, r) &&
-			    idset_has(set, m, rd_le64(p->ids + 8 * r))) {
+			    idset_has(set, m, tq_part_id(p, r))) {
 				f->words[g / TQ_BLOCK] |= 1u << (g % TQ_BLOCK);
 				f->count++;
 			}
@@ -2475,7 +2535,7 @@ mut_kill_ids(struct mut *m, const uint64_t *set, size_t n,
 		const struct tq_part *p = &ix->parts[s];
 
 		for (uint64_t r = 0; r < p->n; r++) {
-			uint64_t id = rd_le64(p->ids + 8 * r);
+			uint64_t id = tq_part_id(p, r);
 
 			if (tq_part_dead(p, r) || !idset_has(set, n, id))
 				continue;
@@ -2531,7 +2591,8 @@ mut_keep(struct mut *m, struct tq_filewriter *fw, int copy)
 		    si.tag[3]);
 		int seg = tag == TQ_TAG_CODE || tag == TQ_TAG_FACT ||
 		    tag == TQ_TAG_FACH ||
-		    tag == TQ_TAG_IDS || tag == TQ_TAG_ORIG ||
+		    tag == TQ_TAG_IDS || tag == TQ_TAG_ID32 ||
+		    tag == TQ_TAG_ORIG ||
 		    tag == TQ_TAG_LIST || tag == TQ_TAG_TOMB ||
 		    tag == TQ_TAG_LABL || tag == TQ_TAG_WDTH;
 
@@ -2752,11 +2813,16 @@ append_run(struct build *b, const struct tq_index *ix, struct source *src,
 	/* A rewrite holds only live rows: its next id is theirs. */
 	b->next_id = 0;
 	total = ix->live + nnew;
+	for (uint32_t s = 0; s < ix->nparts; s++)	/* ids_width */
+		for (uint64_t r = 0; r < ix->parts[s].n; r++)
+			if (!tq_part_dead(&ix->parts[s], r) &&
+			    tq_part_id(&ix->parts[s], r) > b->id_top)
+				b->id_top = tq_part_id(&ix->parts[s], r);
 
 	if (b->ivf)
 		TQ_TRY(spill_open(b, out));
 	else
-		TQ_TRY(open_output(b, out, total));
+		TQ_TRY(open_output(b, out, total, nnew));
 	if (b->omap)
 		TQ_TRY(orig_old(b, ix, out));
 

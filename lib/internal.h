@@ -272,7 +272,9 @@ unsigned tq_ncpu(void);
  * CODE  nblocks * block_bytes: the codes in the blocked scan layout below.
  * FACT  nblocks * 32 * 3 f32: per block, s[32], b'[32], |x|^2[32].
  *       Padding rows (past n) are zero.
- * IDS   n u64 external ids.
+ * IDS   n u64 external ids; or, in its place, ID32: n u32 ids, which a
+ *       writer chooses when every id of the segment is below 2^32
+ *       (index.c ids_width).  A segment has exactly one of the two.
  * ORIG  n * dim f32 or f16 originals (for cosine: normalised), in row
  *       order; with OMAP, m of them (1 <= m <= n) in the order the vectors
  *       arrived, each once however many lists hold it.
@@ -310,6 +312,7 @@ unsigned tq_ncpu(void);
 #define TQ_TAG_WDTH TQ_TAG('W', 'D', 'T', 'H')
 #define TQ_TAG_OMAP TQ_TAG('O', 'M', 'A', 'P')
 #define TQ_TAG_FACH TQ_TAG('F', 'A', 'C', 'H')
+#define TQ_TAG_ID32 TQ_TAG('I', 'D', '3', '2')
 #define TQ_IVFC_HEADER 16u
 
 #define TQ_QPAR_SIZE 64u
@@ -749,7 +752,8 @@ struct tq_part {
 	const uint8_t *codes;		/* nblocks * block_bytes */
 	const float *factors;		/* nblocks * 32 * 3 (aligned, LE host),
 					   or NULL when fach is set */
-	const uint8_t *ids;		/* n * 8, little-endian */
+	const uint8_t *ids;		/* n * idw, little-endian */
+	unsigned idw;			/* 8 (IDS) or 4 (ID32) */
 	const uint8_t *orig;		/* norig * dim * (4 or 2), or NULL */
 	const uint8_t *omap;		/* n u32 entries of orig, or NULL:
 					   row r's original is entry r */
@@ -862,12 +866,18 @@ tq_tomb_word(const struct tq_part *p, uint64_t b)
 	return w;
 }
 
+/* The external id of local row r of segment p. */
+static inline uint64_t tq_part_id(const struct tq_part *p, uint64_t r)
+{
+	return p->idw == 4 ? rd_le32(p->ids + 4 * r) : rd_le64(p->ids + 8 * r);
+}
+
 /* The external id of row r of the row space (a row, not padding). */
 static inline uint64_t tq_index_id(const struct tq_index *ix, uint64_t r)
 {
 	const struct tq_part *p = tq_part_of_row(ix, r);
 
-	return rd_le64(p->ids + 8 * (r - p->row0));
+	return tq_part_id(p, r - p->row0);
 }
 
 /* Is local row r of segment p deleted? */

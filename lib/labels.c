@@ -343,7 +343,7 @@ tq_index_like(const struct tq_index *ix, const char *label, size_t len,
 				break;
 			if (tq_part_dead(p, r))
 				continue;
-			rid = rd_le64(p->ids + 8 * r);
+			rid = tq_part_id(p, r);
 			if (best == NULL || rid < bid) {
 				best = p;
 				brow = r;
@@ -375,7 +375,7 @@ tq_index_label(const struct tq_index *ix, uint64_t id, const char **label,
 			uint64_t mid = lo + (hi - lo) / 2;
 
 			TQ_TRY(view_row(v, v->byid, mid, s, &r));
-			if (rd_le64(p->ids + 8 * r) < id)
+			if (tq_part_id(p, r) < id)
 				lo = mid + 1;
 			else
 				hi = mid;
@@ -385,7 +385,7 @@ tq_index_label(const struct tq_index *ix, uint64_t id, const char **label,
 			size_t ll;
 
 			TQ_TRY(view_row(v, v->byid, lo, s, &r));
-			if (rd_le64(p->ids + 8 * r) != id)
+			if (tq_part_id(p, r) != id)
 				break;
 			if (tq_part_dead(p, r))
 				continue;

@@ -2678,7 +2678,7 @@ finish(struct worker *w, size_t i, struct tq_topk *cand,
 			const struct tq_part *p = tq_part_of_row(c->ix,
 			    rows[t]);
 
-			__builtin_prefetch((const void *)(p->ids + 8 *
+			__builtin_prefetch((const void *)(p->ids + p->idw *
 			    (rows[t] - p->row0)));
 		}
 		for (t = 0; t < n && t < RERANK_AHEAD; t++)

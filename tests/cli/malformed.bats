@@ -23,9 +23,11 @@ setup_file() {
 	seq 0 299 | sed 's/^/w/' >"$F/c.labels"
 	"$TQ_BIN/tq-build" -q "$F/good.tq" --labels "$F/c.labels" \
 	    -o "$F/good.tqi" "$F/c.bin"
-	# The f32 factors (FACT) of older builds too.
-	"$TQ_BIN/tq-build" -q "$F/good.tq" --factors f32 -o "$F/good32.tqi" \
-	    "$F/c.bin"
+	# The f32 factors (FACT) of older builds too, and 8-byte ids (IDS):
+	# one id past 2^32 - 1.
+	seq 0 299 | sed '$s/.*/4294967296/' >"$F/wide.ids"
+	"$TQ_BIN/tq-build" -q "$F/good.tq" --factors f32 --ids "$F/wide.ids" \
+	    -o "$F/good32.tqi" "$F/c.bin"
 	# With a calibration (a second commit), for the CALB cases.
 	"$TQ_BIN/tq-build" -q "$F/good.tq" --calibrate-sample 50 \
 	    -o "$F/cal.tqi" "$F/c.bin"

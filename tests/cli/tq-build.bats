@@ -191,7 +191,7 @@ setup() {
 	[[ "$output" == *"dim 32"* ]] || { show; false; }
 	[[ "$output" == *"bits 3"* ]] || { show; false; }
 	[[ "$output" == *"700"* ]] || { show; false; }
-	for tag in QPAR ROTM CBOK CENT IPAR CODE FACH IDS ORIG; do
+	for tag in QPAR ROTM CBOK CENT IPAR CODE FACH ID32 ORIG; do
 		[[ "$output" == *"$tag"* ]] || { echo "no section $tag" >&2; show; false; }
 	done
 	run --separate-stderr "$TQ_BIN/tq-inspect" --verify a.tqi

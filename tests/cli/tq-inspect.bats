@@ -46,7 +46,7 @@ section_offset() { tq sections "$1" | awk -v t="$2" '$1 == t { print $2 }'; }
 @test "tq-inspect on an index: dim 32, bits 4, count 300, every section" {
 	run --separate-stderr "$TQ_BIN/tq-inspect" idx.tqi
 	assert_status 0
-	for want in "dim 32" "bits 4" "300" index QPAR ROTM CBOK CENT IPAR CODE FACH IDS ORIG; do
+	for want in "dim 32" "bits 4" "300" index QPAR ROTM CBOK CENT IPAR CODE FACH ID32 ORIG; do
 		[[ "$output" == *"$want"* ]] || { echo "lacks '$want'" >&2; show; false; }
 	done
 }
@@ -138,7 +138,7 @@ section_offset() { tq sections "$1" | awk -v t="$2" '$1 == t { print $2 }'; }
 
 @test "a flipped byte in each payload: --verify exit 1 naming the section" {
 	local tag off
-	for tag in CODE FACH IDS ORIG QPAR ROTM CBOK CENT IPAR; do
+	for tag in CODE FACH ID32 ORIG QPAR ROTM CBOK CENT IPAR; do
 		cp "$F/idx.tqi" bad.tqi
 		off=$(section_offset bad.tqi $tag)
 		[ -n "$off" ] || { echo "no section $tag" >&2; false; }

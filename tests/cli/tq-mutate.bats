@@ -142,6 +142,47 @@ PY
 	cmp a.tqi want2.tqi
 }
 
+@test "ids: 4 bytes (ID32) while every id of a segment fits, else 8 (IDS); the same results" {
+	seq 100 799 >a.ids
+	seq 4294967000 4294967699 >w.ids	# past 2^32 - 1 from row 296 on
+	"$TQ_BIN/tq-build" -q "$F/q.tqq" --ids a.ids -o a.tqi "$F/a.bin"
+	"$TQ_BIN/tq-build" -q "$F/q.tqq" --ids w.ids -o w.tqi "$F/a.bin"
+	"$TQ_BIN/tq-inspect" a.tqi | grep -q '^  ID32 .* length 2800 '
+	"$TQ_BIN/tq-inspect" w.tqi | grep -q '^  IDS  .* length 5600 '
+	! "$TQ_BIN/tq-inspect" w.tqi | grep -q ID32
+	# Four bytes a vector fewer, and the same rows found.
+	bpv() { "$TQ_BIN/tq-inspect" --json "$1" | "$PY" -c \
+	    'import json,sys; print(json.load(sys.stdin)["bytes_per_vector"])'; }
+	"$PY" -c "assert abs($(bpv w.tqi) - $(bpv a.tqi) - 4) < 0.01"
+	"$TQ_BIN/tq-search" -k 5 -i "$F/q.bin" a.tqi | cut -f1,2,4 >a.rows
+	"$TQ_BIN/tq-search" -k 5 -i "$F/q.bin" w.tqi | cut -f1,2,4 >w.rows
+	cmp a.rows w.rows
+	"$TQ_BIN/tq-search" -k 1 --oversample 10 -i "$F/q.bin" w.tqi >w.tsv
+	assert_equal "$(head -3 w.tsv | cut -f3 | tr '\n' ' ')" \
+	    "4294967003 4294967250 4294967512 "
+	# Segments choose alone: wide ids appended to a narrow index.
+	seq 5000000000 5000000299 >b.ids
+	cp a.tqi ab.tqi
+	"$TQ_BIN/tq-build" --append --ids b.ids ab.tqi "$F/b.bin"
+	"$TQ_BIN/tq-inspect" ab.tqi | grep -q 'ID32 .* segment 0'
+	"$TQ_BIN/tq-inspect" ab.tqi | grep -q 'IDS  .* segment 1'
+	"$TQ_BIN/tq-search" -k 1 --oversample 10 -i "$F/q.bin" ab.tqi >ab.tsv
+	assert_equal "$(cut -f3 ab.tsv | tr '\n' ' ')" "103 350 612 5000000200 "
+	# A compaction chooses by the live rows, as a fresh build would.
+	"$TQ_BIN/tq-build" --compact -o c.tqi ab.tqi
+	"$TQ_BIN/tq-inspect" c.tqi | grep -q '^  IDS '
+	"$TQ_BIN/tq-build" --delete b.ids -o d.tqi ab.tqi
+	"$TQ_BIN/tq-build" --compact -o dc.tqi d.tqi
+	cmp dc.tqi a.tqi
+	# Deleting by a wide id, and an allow-list of them.
+	printf '4294967512\n' >one.ids
+	"$TQ_BIN/tq-build" --delete one.ids -o wd.tqi w.tqi
+	"$TQ_BIN/tq-search" -k 1 --oversample 10 -i "$F/q.bin" wd.tqi >wd.tsv
+	[ "$(sed -n 3p wd.tsv | cut -f3)" != 4294967512 ]
+	"$TQ_BIN/tq-search" -k 1 --allow one.ids -i "$F/q.bin" w.tqi >al.tsv
+	assert_equal "$(cut -f3 al.tsv | sort -u)" "4294967512"
+}
+
 @test "tq-search --allow: only allowed ids; fewer than k listed in tsv/json, -1 in ivecs" {
 	printf '5\n17\n900\n77777\n' >allow.ids
 	run --separate-stderr "$TQ_BIN/tq-search" -k 10 --allow allow.ids -i "$F/q.bin" "$F/u.tqi"

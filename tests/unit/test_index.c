@@ -826,8 +826,9 @@ test_factors_one(enum tq_metric m, unsigned bits, uint32_t lists)
 	CHECK_OK(build(q, x, na, NULL, TQ_ORIG_F32, a));
 	CHECK(seg_fach(a, 0) == 0);
 	CHECK_OK(tq_file_info(a, &fi));
+	/* Row numbers for ids: 4 bytes each (ID32). */
 	CHECK(fi.bytes_per_vector == (4.0 * (double)(tq_block_bytes(q) +
-	    384) + 2.0 * na) / na + 8.0);
+	    384) + 2.0 * na) / na + 4.0);
 	/* The append keeps f32; a second one, told f16, makes it mixed. */
 	CHECK_OK(append_rows(a, x, na, nb, dim, TQ_FACTORS_DEFAULT, a));
 	CHECK(seg_fach(a, 1) == 0);
@@ -842,7 +843,7 @@ test_factors_one(enum tq_metric m, unsigned bits, uint32_t lists)
 	CHECK(seg_fach(u, 0) == 1);
 	CHECK_OK(tq_file_info(u, &fi));
 	CHECK(fi.bytes_per_vector == (7.0 * (double)(tq_block_bytes(q) +
-	    160) + 2.0 * n) / n + 8.0);
+	    160) + 2.0 * n) / n + 4.0);
 	/* Compaction of mixed segments == a fresh (compact) build. */
 	CHECK_OK(tq_index_compact(a, NULL, unit_path("fc.tqi")));
 	CHECK(files_equal(unit_path("fc.tqi"), u));
@@ -1781,7 +1782,7 @@ omap_rows_ok(const char *path, const float *x, uint32_t dim, uint64_t m)
 
 		ok &= p->omap != NULL && p->norig == m;
 		for (uint64_t r = 0; ok && r < p->n; r++) {
-			uint64_t id = rd_le64(p->ids + 8 * r);
+			uint64_t id = tq_part_id(p, r);
 
 			ok &= memcmp(tq_part_orig(p, r, 4 * (size_t)dim),
 			    x + id * dim, 4 * (size_t)dim) == 0;

@@ -918,7 +918,7 @@ mem_index_make(struct mem_index *m, struct tq_quantizer *q, const float *x,
 	m->ix.parts = m->part;
 	m->part[0] = (struct tq_part){ .n = n, .nblocks = nb,
 	    .codes = m->codes, .factors = m->factors, .ids = m->ids,
-	    .orig = orig == TQ_ORIG_NONE ? NULL : m->orig, .live = n };
+	    .idw = 8, .orig = orig == TQ_ORIG_NONE ? NULL : m->orig, .live = n };
 	return 0;
 }
 
