@@ -6,6 +6,7 @@
 #                  build/libtq.pc
 #   check          unit tests, CLI tests (bats), fuzz corpora replay
 #   check-asan     the same under AddressSanitizer and UBSan (build-asan/)
+#   check-clang    the build by clang, warnings as errors, and the unit tests
 #   check-slurm    the sharded pipeline through a one-node Slurm cluster
 #   check-valgrind the unit tests under valgrind
 #   fuzz fuzz-run  libFuzzer targets (build-fuzz/), see below
@@ -180,6 +181,14 @@ test-build: $(PROG_BIN) units
 check-asan:
 	$(MAKE) BUILD=build-asan OPT="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" test-build
 
+# The library, the programs and the unit tests built by clang (build-clang/)
+# with every warning an error, and the unit tests run: GCC-only constructs
+# break the build of anyone who uses clang, and the fuzz build.
+check-clang:
+	$(MAKE) BUILD=build-clang CC=clang EXTRA_CFLAGS=-Werror $(PROG_BIN:$(BUILD)/%=build-clang/%) \
+	    $(UNIT_BIN:$(BUILD)/%=build-clang/%)
+	@./tests/run-unit $(UNIT_BIN:$(BUILD)/%=build-clang/%)
+
 # The sharded build, search and merge of scripts/slurm through a real
 # one-node Slurm cluster started on this machine (root; installs Slurm).
 check-slurm: $(PROG_BIN)
@@ -293,7 +302,7 @@ uninstall:
 	    $(DESTDIR)$(MANDIR)/man5/tq.5 $(DESTDIR)$(MANDIR)/man7/tq-slurm.7
 
 clean:
-	rm -rf build build-asan bin lib/libtq.a lib/libtq.so*
+	rm -rf build build-asan build-clang bin lib/libtq.a lib/libtq.so*
 
-.PHONY: all units test-build check check-asan check-slurm check-valgrind man-lint install uninstall clean
+.PHONY: all units test-build check check-asan check-clang check-slurm check-valgrind man-lint install uninstall clean
 .SECONDARY:

@@ -189,7 +189,7 @@ usage_error(const char *fmt, ...)
 	usage_exit();
 }
 
-static void
+static void PRINTFLIKE(1, 0)
 vmsg(const char *fmt, va_list ap, const char *errstr)
 {
 	progress_done();

@@ -23,7 +23,7 @@ struct lex {
 	size_t errlen;
 };
 
-static int
+static int PRINTFLIKE(2, 3)
 fail(struct lex *l, const char *fmt, ...)
 {
 	va_list ap;

@@ -1251,19 +1251,10 @@ quad(float *restrict a, float *restrict b, float *restrict c,
  * x - y).
  */
 typedef float had_f32x16 __attribute__((vector_size(64)));
-typedef int32_t had_i32x16 __attribute__((vector_size(64)));
 
 static inline void
 had_levels16(float *restrict at, float s)
 {
-	static const had_i32x16 m1 = { 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10,
-		13, 12, 15, 14 };
-	static const had_i32x16 m2 = { 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9,
-		14, 15, 12, 13 };
-	static const had_i32x16 m4 = { 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15,
-		8, 9, 10, 11 };
-	static const had_i32x16 m8 = { 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2,
-		3, 4, 5, 6, 7 };
 	static const had_f32x16 s1 = { 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1,
 		-1, 1, -1, 1, -1 };
 	static const had_f32x16 s2 = { 1, 1, -1, -1, 1, 1, -1, -1, 1, 1, -1,
@@ -1274,11 +1265,19 @@ had_levels16(float *restrict at, float s)
 		-1, -1, -1, -1 };
 	had_f32x16 v;
 
+	/*
+	 * The partners by constant lane lists (__builtin_shufflevector: GCC
+	 * 12 and clang alike; GCC's __builtin_shuffle is not clang's).
+	 */
 	memcpy(&v, at, sizeof(v));
-	v = __builtin_shuffle(v, m1) + v * s1;
-	v = __builtin_shuffle(v, m2) + v * s2;
-	v = __builtin_shuffle(v, m4) + v * s4;
-	v = (__builtin_shuffle(v, m8) + v * s8) * s;
+	v = __builtin_shufflevector(v, v, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11,
+	    10, 13, 12, 15, 14) + v * s1;
+	v = __builtin_shufflevector(v, v, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8,
+	    9, 14, 15, 12, 13) + v * s2;
+	v = __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14,
+	    15, 8, 9, 10, 11) + v * s4;
+	v = (__builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1,
+	    2, 3, 4, 5, 6, 7) + v * s8) * s;
 	memcpy(at, &v, sizeof(v));
 }
 

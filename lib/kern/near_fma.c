@@ -66,7 +66,7 @@ tq_bf16_row_avx2(const float *x, uint32_t dim, uint32_t *out, double *rn,
  * the accumulators named so that they stay in registers.
  */
 #define GEMV_STEP(a, off) do {						\
-	__m256i w = _mm256_load_si256((const __m256i *)(p + (off)));	\
+	__m256i w = _mm256_load_si256((const void *)(p + (off)));	\
 	a = _mm256_fmadd_ps(x0, _mm256_castsi256_ps(			\
 	    _mm256_slli_epi32(w, 16)), a);				\
 	a = _mm256_fmadd_ps(x1, _mm256_castsi256_ps(			\
