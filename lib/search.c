@@ -3169,6 +3169,14 @@ scratch_alloc(struct scratch *s, const struct tq_quantizer *q, unsigned nw,
 	if (ntab > chunk)
 		ntab = chunk;
 	lutbytes = (lutbytes + 63) & ~(size_t)63;
+	/*
+	 * Lazy top-ks while their room stays small: the wider passes of
+	 * --oversample auto (k up to 4096, few queries) no longer sift a
+	 * heap of thousands; on GloVe-100 at 2 bits flat those sifts were
+	 * 17 % of the batch (topk.c).
+	 */
+	lazy = lazy && (kc <= TQ_TOPK_LAZY_MAX ||
+	    (uint64_t)ntab * kc <= TQ_TOPK_LAZY_ROOM);
 
 	memset(s, 0, sizeof(*s));
 	s->w = tq_callocarray(nw, sizeof(*s->w));

@@ -70,7 +70,7 @@ tq_topk_init(struct tq_topk *h, uint32_t k)
 enum tq_status
 tq_topk_init_lazy(struct tq_topk *h, uint32_t k)
 {
-	if (k == 0 || k > TQ_TOPK_LAZY_MAX)
+	if (k == 0)
 		return topk_alloc(h, k, k);
 	return topk_alloc(h, k, k + (k > TOPK_SLACK_MIN ? k : TOPK_SLACK_MIN));
 }

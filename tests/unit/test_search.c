@@ -77,7 +77,8 @@ sorted_as(const struct tq_topk *h, const struct pair *s, uint32_t want)
 }
 
 /*
- * The lazy top-k keeps what a heap keeps: pushed in random, ascending
+ * The lazy top-k keeps what a heap keeps, both the k best: pushed in
+ * random, ascending
  * and descending order (the worst cases of a pivot taken from one end),
  * with few distinct keys (ties broken by id) or many, keys on a coarse
  * grid (ties inside a bin of its selection), and infinite and NaN keys
@@ -115,12 +116,16 @@ test_topk_lazy(void)
 		if (order == 2)		/* worst first */
 			for (i = 0; i < n; i++)
 				all[i] = s[n - 1 - i];
-		for (ki = 0; ki < sizeof(ks) / sizeof(ks[0]); ki++) {
-			uint32_t k = ks[ki], want = k < n ? k : (uint32_t)n;
+		for (ki = 0; ki < 2 * sizeof(ks) / sizeof(ks[0]); ki++) {
+			/* Every k lazy, then every k a heap. */
+			int lazy = ki < sizeof(ks) / sizeof(ks[0]);
+			uint32_t k = ks[ki % (sizeof(ks) / sizeof(ks[0]))];
+			uint32_t want = k < n ? k : (uint32_t)n;
 			int ok = 1;
 
-			CHECK_ST(tq_topk_init_lazy(&h, k), TQ_OK);
-			CHECK(k > TQ_TOPK_LAZY_MAX ? h.cap == k : h.cap >= 2 * k);
+			CHECK_ST(lazy ? tq_topk_init_lazy(&h, k) :
+			    tq_topk_init(&h, k), TQ_OK);
+			CHECK(lazy ? h.cap >= 2 * k : h.cap == k);
 			for (i = 0; i + 1 < n; i++) {
 				tq_topk_push(&h, all[i].key, all[i].id);
 				if (h.len > h.cap)
