@@ -1473,10 +1473,8 @@ enum tq_status tq_topk_init(struct tq_topk *h, uint32_t k);
  * A lazy top-k (k >= 1; k = 0 gives a heap).  Its room for about 2k
  * doubles the memory: a worker holds a top-k for each of up to 256
  * queries of a tile, 6 MB at k = 1024 (a heap, 3 MB), so search.c takes
- * it where the tables' count times k is at most TQ_TOPK_LAZY_ROOM, or k
- * at most TQ_TOPK_LAZY_MAX.
+ * it where the tables' count times k is at most TQ_TOPK_LAZY_ROOM.
  */
-#define TQ_TOPK_LAZY_MAX 1024u
 #define TQ_TOPK_LAZY_ROOM (256u * 1024u)
 enum tq_status tq_topk_init_lazy(struct tq_topk *h, uint32_t k);
 /* Leaves the k best in [0, len), in no order. */

@@ -3170,13 +3170,12 @@ scratch_alloc(struct scratch *s, const struct tq_quantizer *q, unsigned nw,
 		ntab = chunk;
 	lutbytes = (lutbytes + 63) & ~(size_t)63;
 	/*
-	 * Lazy top-ks while their room stays small: the wider passes of
-	 * --oversample auto (k up to 4096, few queries) no longer sift a
-	 * heap of thousands; on GloVe-100 at 2 bits flat those sifts were
-	 * 17 % of the batch (topk.c).
+	 * Lazy top-ks while their room stays small (a tile of 256 tables
+	 * at k = 1024, or the few queries of a wider pass of --oversample
+	 * auto at k = 4096): on GloVe-100 at 2 bits flat the sifts of the
+	 * heaps those passes had were 17 % of the batch (topk.c).
 	 */
-	lazy = lazy && (kc <= TQ_TOPK_LAZY_MAX ||
-	    (uint64_t)ntab * kc <= TQ_TOPK_LAZY_ROOM);
+	lazy = lazy && (uint64_t)ntab * kc <= TQ_TOPK_LAZY_ROOM;
 
 	memset(s, 0, sizeof(*s));
 	s->w = tq_callocarray(nw, sizeof(*s->w));
