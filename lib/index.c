@@ -215,7 +215,8 @@ struct build {
 	 * The new segment's ids: 8 bytes each (IDS) or 4 (ID32), chosen by
 	 * ids_width before its sections are sized; id32 holds a chunk's
 	 * when 4.  id_top: the largest id known to go in before the rows
-	 * are read (given ids, a rewrite's live rows), else 0.
+	 * are read (given ids; a rewrite's live rows, when some id of the
+	 * index passes 2^32 - 1), else 0.
 	 */
 	unsigned idw;
 	uint8_t *id32;		/* chunk * 4 */
@@ -1112,17 +1113,18 @@ old_row_to_chunk(struct build *b, const struct tq_part *p, uint64_t r,
 	const struct tq_quantizer *q = b->q;
 	unsigned j = (unsigned)(r % TQ_BLOCK);
 	size_t ob = orig_bytes(b);
+	uint64_t id = tq_part_id(p, r);
 
 	tq_unpack_block_row(q, p->codes + r / TQ_BLOCK * b->block_bytes, j,
 	    b->codes + at * q->dim);
 	old_factors(b, p, r, b->factors + at * TQ_NFACTORS);
 	/* A segment written before WDTH: unknown. */
 	b->rho[at] = p->wdth != NULL ? rd_le16(p->wdth + 2 * r) : 0x7c00u;
-	wr_le64(b->idbuf + 8 * at, tq_part_id(p, r));
+	wr_le64(b->idbuf + 8 * at, id);
 	if (ob > 0)
 		memcpy(b->obuf + at * ob, tq_part_orig(p, r, ob), ob);
 	tq_lab_old(b->lbl, p, r, 1, at);
-	see_id(b, tq_part_id(p, r));
+	see_id(b, id);
 }
 
 /* The live rows among local rows [r0, r1) of segment p. */
@@ -1159,8 +1161,12 @@ old_rows_to_chunk(struct build *b, const struct tq_part *p, uint64_t r,
 		for (unsigned k = 0; k < TQ_NFACTORS; k++)
 			fd[k * TQ_BLOCK] = f[k];
 	}
-	for (size_t i = 0; i < len; i++)
-		wr_le64(b->idbuf + 8 * (at + i), tq_part_id(p, r + i));
+	for (size_t i = 0; i < len; i++) {
+		uint64_t id = tq_part_id(p, r + i);
+
+		wr_le64(b->idbuf + 8 * (at + i), id);
+		see_id(b, id);
+	}
 	if (p->wdth != NULL)
 		memcpy(b->wbuf + 2 * at, p->wdth + 2 * r, 2 * len);
 	else
@@ -1183,8 +1189,6 @@ old_rows_to_chunk(struct build *b, const struct tq_part *p, uint64_t r,
 		memcpy(b->obuf + at * ob, p->orig + r * ob, len * ob);
 	}
 	tq_lab_old(b->lbl, p, r, len, at);
-	for (size_t i = 0; i < len; i++)
-		see_id(b, tq_part_id(p, r + i));
 }
 
 /*
@@ -2777,6 +2781,20 @@ orig_old(struct build *b, const struct tq_index *ix, const char *out)
 	return TQ_OK;
 }
 
+/* The largest id of the live rows of ix. */
+static uint64_t
+live_id_max(const struct tq_index *ix)
+{
+	uint64_t mx = 0;
+
+	for (uint32_t s = 0; s < ix->nparts; s++)
+		for (uint64_t r = 0; r < ix->parts[s].n; r++)
+			if (!tq_part_dead(&ix->parts[s], r) &&
+			    tq_part_id(&ix->parts[s], r) > mx)
+				mx = tq_part_id(&ix->parts[s], r);
+	return mx;
+}
+
 /*
  * The live rows of ix, then the rows of src (if any), into a new file,
  * so that the bytes equal a fresh build's.  Old rows move by runs of live
@@ -2813,11 +2831,16 @@ append_run(struct build *b, const struct tq_index *ix, struct source *src,
 	/* A rewrite holds only live rows: its next id is theirs. */
 	b->next_id = 0;
 	total = ix->live + nnew;
-	for (uint32_t s = 0; s < ix->nparts; s++)	/* ids_width */
-		for (uint64_t r = 0; r < ix->parts[s].n; r++)
-			if (!tq_part_dead(&ix->parts[s], r) &&
-			    tq_part_id(&ix->parts[s], r) > b->id_top)
-				b->id_top = tq_part_id(&ix->parts[s], r);
+	/*
+	 * The live rows' largest id (ids_width), read only when some id,
+	 * deleted or not, passes 2^32 - 1 (first_id is one more than the
+	 * largest): else they all fit already.
+	 */
+	if (b->first_id - 1 > UINT32_MAX) {
+		uint64_t top = live_id_max(ix);
+
+		b->id_top = top > b->id_top ? top : b->id_top;
+	}
 
 	if (b->ivf)
 		TQ_TRY(spill_open(b, out));

@@ -1243,8 +1243,10 @@ quad(float *restrict a, float *restrict b, float *restrict c,
 /*
  * Levels h = 1, 2, 4 and 8 of the transform on the 16 values at `at`,
  * each then multiplied by s (1, exact, or the final scale), as whole
- * vectors (GCC's vector extension, which each clone compiles to its
- * own instructions): the partner of lane j is lane j ^ h, and lane j
+ * vectors (the vector extension of GCC and clang, which each clone
+ * compiles to its own instructions; __builtin_shufflevector, not GCC's
+ * __builtin_shuffle, which clang lacks): the partner of lane j is lane
+ * j ^ h, and lane j
  * becomes partner + v_j where bit h of j is clear (v_j + v_{j+h}) and
  * partner + (-v_j) where it is set (v_{j-h} - v_j): the same sums as the
  * plain definition, bit for bit (the sign is exact, and x + (-y) is
@@ -1265,10 +1267,6 @@ had_levels16(float *restrict at, float s)
 		-1, -1, -1, -1 };
 	had_f32x16 v;
 
-	/*
-	 * The partners by constant lane lists (__builtin_shufflevector: GCC
-	 * 12 and clang alike; GCC's __builtin_shuffle is not clang's).
-	 */
 	memcpy(&v, at, sizeof(v));
 	v = __builtin_shufflevector(v, v, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11,
 	    10, 13, 12, 15, 14) + v * s1;
