@@ -179,6 +179,32 @@ PY
 	fi
 }
 
+@test "--recall past the grid's probes: unstructured rows reach through all lists" {
+	# Random rows by inner product over 100 lists: 64 probes, the grid's
+	# last value before it ended at all lists, stays short of 0.995 at
+	# every oversample.  All lists is now the grid's last resort, so the
+	# target is reached, with more probes than 64, and delivered.
+	local got p
+	mkdir -p unstructured && cd unstructured
+	mkfix u.bin 32 5200 3
+	"$TQ_BIN/tq-cat" --rows :5000 -o c.bin u.bin
+	"$TQ_BIN/tq-cat" --rows 5000: -o q.bin u.bin
+	"$TQ_BIN/tq-fit" -b 2 -m ip -i c.bin --lists 100 -o q.tq
+	"$TQ_BIN/tq-build" -q q.tq -o u.tqi c.bin
+	"$TQ_BIN/tq-recall" --truth -m ip -k 10 -o truth.ivecs c.bin q.bin
+	run "$TQ_BIN/tq-inspect" --calibration u.tqi
+	assert_status 0
+	[[ "$output" == *$'\n''    10     100         16 '* ]] || { show; false; }
+	run --separate-stderr "$TQ_BIN/tq-search" --recall 0.995 --stats -k 10 --format ivecs -i q.bin -o res.ivecs u.tqi
+	assert_status 0
+	[[ "$stderr" == *'"recall_reached":true,'* ]] || { show; false; }
+	p=$(printf '%s' "$stderr" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["probes"])')
+	[ "$p" -gt 64 ] && [ "$p" -le 100 ]
+	got=$("$TQ_BIN/tq-recall" --json res.ivecs truth.ivecs |
+	    "$PY" -c 'import json,sys; print(json.load(sys.stdin)["recall_at_10"])')
+	"$PY" -c "import sys; sys.exit(not $got >= 0.985)" || { echo "recall@10 $got" >&2; false; }
+}
+
 @test "appends past 10% make the calibration stale; --recalibrate makes it fresh" {
 	cp flat.tqi st.tqi
 	"$TQ_BIN/tq-build" --append st.tqi more.bin   # 100 rows: 3.3%
