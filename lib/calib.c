@@ -605,17 +605,19 @@ sample_rows(const struct tq_index *ix, uint32_t m, uint64_t seed,
  * recall a user asks for (0.99 of the true 10) may lie there, and the
  * targets above the calibration's best go unreached.
  *
- * The grid always ends at all lists.  Past the others it is the last
- * resort, measured when every value before it was and the recall is
- * still short of ENOUGH, whatever the budget: an IVF search of every
- * list returns the flat index's results, so a target the flat index
- * reaches is reached there, and the recall between the last value and
- * it is interpolated (offer_between).  Unstructured rows (50 000
- * Gaussian ones by inner product, 224 lists) reached 0.72 of the true 10
- * at 96 probes, where --recall 0.9 had nothing to choose but that and a
- * warning (README, "Rows without structure").  A grid cut
- * short by the budget (many lists) never gets there, so the
- * calibration's cost stays bounded: at most twice the extension's.
+ * Past half the lists the grid goes on to all lists (*nhard: the values
+ * up to half).  These are the last resort, measured when every value
+ * before them was and while the recall is still short of ENOUGH,
+ * whatever the budget: an IVF search of every list returns the flat
+ * index's results, so a target the flat index reaches is reached there,
+ * and the recall between two values is interpolated (offer_between).
+ * Unstructured rows (50 000 Gaussian ones by inner product, 224 lists)
+ * reached 0.72 of the true 10 at 96 probes, where --recall 0.9 had
+ * nothing to choose but that and a warning (README, "Rows without
+ * structure").  A grid cut short by the budget (many lists) never gets
+ * there, so the calibration's cost stays bounded: the last resort's
+ * probes add up to at most about four times half the lists (128, 192
+ * and 224 past 96 of 224 lists), a size the budget let through.
  */
 #define PROBES_MIN 64u
 #define PROBES_DIV 32u
@@ -623,7 +625,7 @@ sample_rows(const struct tq_index *ix, uint32_t m, uint64_t seed,
 #define ENOUGH 0.995
 #define EXTEND_BUDGET 2u
 static uint32_t
-probes_grid(uint32_t nlist, uint32_t *p, uint32_t *nsoft)
+probes_grid(uint32_t nlist, uint32_t *p, uint32_t *nsoft, uint32_t *nhard)
 {
 	static const uint32_t a[] = { 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48 };
 	uint32_t n = 0, v, soft = nlist / PROBES_DIV;
@@ -632,24 +634,24 @@ probes_grid(uint32_t nlist, uint32_t *p, uint32_t *nsoft)
 
 	if (nlist == 0) {
 		p[0] = 0;
-		*nsoft = 1;
+		*nsoft = *nhard = 1;
 		return 1;
 	}
 	if (soft < PROBES_MIN)
 		soft = PROBES_MIN;
 	if (cap < soft)
 		cap = soft;
-	for (i = 0; i < sizeof(a) / sizeof(a[0]) && a[i] < nlist &&
-	    a[i] <= cap; i++)
+	for (i = 0; i < sizeof(a) / sizeof(a[0]) && a[i] < nlist; i++)
 		p[n++] = a[i];
-	for (v = 64; v < nlist && v <= cap && n + 1 < TQ_CALB_MAXP; v *= 2) {
+	for (v = 64; v < nlist && n + 1 < TQ_CALB_MAXP; v *= 2) {
 		p[n++] = v;
-		if (v + v / 2 < nlist && v + v / 2 <= cap &&
-		    n + 1 < TQ_CALB_MAXP)
+		if (v + v / 2 < nlist && n + 1 < TQ_CALB_MAXP)
 			p[n++] = v + v / 2;
 	}
-	p[n++] = nlist;		/* n < TQ_CALB_MAXP: the loops leave room */
+	p[n++] = nlist;		/* n < TQ_CALB_MAXP: the loop leaves room */
 	for (*nsoft = 0; *nsoft < n && p[*nsoft] <= soft; (*nsoft)++)
+		;
+	for (*nhard = *nsoft; *nhard < n && p[*nhard] <= cap; (*nhard)++)
 		;
 	return n;
 }
@@ -859,7 +861,8 @@ tq_calib_compute(const struct tq_index *ix, const struct tq_calib_params *cp,
     uint8_t **buf, size_t *len)
 {
 	struct calrun c;
-	uint32_t probes[TQ_CALB_MAXP], np, nsoft, nk = 0, ks[NK], ki, pi, oi, m;
+	uint32_t probes[TQ_CALB_MAXP], np, nsoft, nhard, nk = 0, ks[NK];
+	uint32_t ki, pi, oi, m;
 	uint32_t dim = ix->q->dim, kt;
 	int sat, flat;
 	double prev;
@@ -900,7 +903,7 @@ tq_calib_compute(const struct tq_index *ix, const struct tq_calib_params *cp,
 		if (grid_k[i] + (cp->queries == NULL) <= ix->live)
 			ks[nk++] = grid_k[i];
 	kt = ks[nk - 1];
-	np = probes_grid(ix->nlist, probes, &nsoft);
+	np = probes_grid(ix->nlist, probes, &nsoft, &nhard);
 	L = calb_length(nk, np, NOVER);
 	qv = tq_mallocarray((size_t)m * dim, sizeof(*qv));
 	truth = tq_callocarray((size_t)m * KMAX, sizeof(*truth));
@@ -962,9 +965,10 @@ tq_calib_compute(const struct tq_index *ix, const struct tq_calib_params *cp,
 	 * The probes stop after two values whose every k reached a mean
 	 * recall of SATURATED, or that each gained less than PLATEAU on the
 	 * value before: more lists would cost more for less.  Past the first
-	 * nsoft values, only while the recall is short of ENOUGH and the
-	 * probes measured there stay within EXTEND_BUDGET times those before
-	 * (all lists, the last resort, only while it is short: probes_grid).
+	 * nsoft values, only while the recall is short of ENOUGH and, up to
+	 * the first nhard, the probes measured there stay within
+	 * EXTEND_BUDGET times those before (past them, the last resort:
+	 * probes_grid).
 	 */
 	for (pi = 0, sat = 0, flat = 0, prev = -1.0, sum = 0, extra = 0;
 	    pi < np && sat < 2 && flat < 2; pi++) {
@@ -972,8 +976,7 @@ tq_calib_compute(const struct tq_index *ix, const struct tq_calib_params *cp,
 
 		if (pi >= nsoft) {
 			extra += probes[pi];
-			/* All lists, the last value, has no budget. */
-			if (prev >= ENOUGH || (pi + 1 < np &&
+			if (prev >= ENOUGH || (pi < nhard &&
 			    extra > EXTEND_BUDGET * sum))
 				break;
 		} else {

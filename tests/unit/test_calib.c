@@ -352,17 +352,17 @@ probes_measured(const uint8_t *b, uint32_t pi)
 
 /*
  * 256 lists: the grid is measured up to 64 probes, and past that (96,
- * 128: half the lists, then all 256, the last resort) only while the
- * recall is short.  Unclustered rows are still short at 64 probes, so
- * 96, 128 and 256 are measured and choices reach there; clustered rows
- * are found in a few lists, and nothing past 64 is measured.
+ * 128: half the lists, then 192 and all 256, the last resort) only while
+ * the recall is short.  Unclustered rows are still short at 64 probes,
+ * so 96 to 256 are measured and choices reach there; clustered rows are
+ * found in a few lists, and nothing past 64 is measured.
  */
 static void
 test_extend(void)
 {
 	const char *p = fpath("extend.tqi");
 	static const uint32_t want[] = { 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48,
-	    64, 96, 128, 256 };
+	    64, 96, 128, 192, 256 };
 	struct tq_recall_choice ch;
 	struct tq_index *ix;
 	uint64_t g = 4242, off, len;
@@ -389,6 +389,7 @@ test_extend(void)
 		CHECK(probes_measured(b, 12) == (v == 0));
 		CHECK(probes_measured(b, 13) == (v == 0));
 		CHECK(probes_measured(b, 14) == (v == 0));
+		CHECK(probes_measured(b, 15) == (v == 0));
 		CHECK_OK(tq_index_open(p, &ix));
 		CHECK_OK(tq_index_recall_choose(ix, 100, 0.99, &ch));
 		CHECK(v == 1 || ch.probes > 64);
