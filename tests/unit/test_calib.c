@@ -354,8 +354,8 @@ probes_measured(const uint8_t *b, uint32_t pi)
  * 256 lists: the grid is measured up to 64 probes, and past that (96,
  * 128: half the lists, then 192 and all 256, the last resort) only while
  * the recall is short.  Unclustered rows are still short at 64 probes,
- * so 96 to 256 are measured and choices reach there; clustered rows are
- * found in a few lists, and nothing past 64 is measured.
+ * so 96 to 192 at least are measured and choices reach there; clustered
+ * rows are found in a few lists, and nothing past 64 is measured.
  */
 static void
 test_extend(void)
@@ -389,7 +389,8 @@ test_extend(void)
 		CHECK(probes_measured(b, 12) == (v == 0));
 		CHECK(probes_measured(b, 13) == (v == 0));
 		CHECK(probes_measured(b, 14) == (v == 0));
-		CHECK(probes_measured(b, 15) == (v == 0));
+		/* All lists only if 192 was still short: not asked here. */
+		CHECK(v == 0 || !probes_measured(b, 15));
 		CHECK_OK(tq_index_open(p, &ix));
 		CHECK_OK(tq_index_recall_choose(ix, 100, 0.99, &ch));
 		CHECK(v == 1 || ch.probes > 64);
