@@ -195,6 +195,9 @@ PY
 	run "$TQ_BIN/tq-inspect" --calibration u.tqi
 	assert_status 0
 	[[ "$output" == *$'\n''    10     100         16 '* ]] || { show; false; }
+	# The re-rank goes on to 32 (320 candidates at k 10), not at k 100.
+	[[ "$output" == *$'\n''    10     100         32 '* ]] || { show; false; }
+	[[ "$output" != *$'\n''   100     100          4 '* ]] || { show; false; }
 	run --separate-stderr "$TQ_BIN/tq-search" --recall 0.995 --stats -k 10 --format ivecs -i q.bin -o res.ivecs u.tqi
 	assert_status 0
 	[[ "$stderr" == *'"recall_reached":true,'* ]] || { show; false; }
