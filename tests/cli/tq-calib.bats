@@ -180,10 +180,10 @@ PY
 }
 
 @test "--recall past the grid's probes: unstructured rows reach through all lists" {
-	# Random rows by inner product over 100 lists: 64 probes, the grid's
-	# last value before it ended at all lists, stays short of 0.995 at
-	# every oversample.  All lists is now the grid's last resort, so the
-	# target is reached, with more probes than 64, and delivered.
+	# Random rows by inner product over 100 lists: 64 probes, where the
+	# grid used to end, and 96 stay short of 0.995 at every oversample.
+	# The grid now goes on to all lists as a last resort, so the target
+	# is reached, with more probes than 64, and delivered.
 	local got p
 	mkdir -p unstructured && cd unstructured
 	mkfix u.bin 32 5200 3
