@@ -1246,11 +1246,10 @@ quad(float *restrict a, float *restrict b, float *restrict c,
  * vectors (the vector extension of GCC and clang, which each clone
  * compiles to its own instructions; __builtin_shufflevector, not GCC's
  * __builtin_shuffle, which clang lacks): the partner of lane j is lane
- * j ^ h, and lane j
- * becomes partner + v_j where bit h of j is clear (v_j + v_{j+h}) and
- * partner + (-v_j) where it is set (v_{j-h} - v_j): the same sums as the
- * plain definition, bit for bit (the sign is exact, and x + (-y) is
- * x - y).
+ * j ^ h, and lane j becomes partner + v_j where bit h of j is clear
+ * (v_j + v_{j+h}) and partner + (-v_j) where it is set (v_{j-h} - v_j):
+ * the same sums as the plain definition, bit for bit (the sign is exact,
+ * and x + (-y) is x - y).
  */
 typedef float had_f32x16 __attribute__((vector_size(64)));
 

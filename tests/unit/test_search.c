@@ -78,8 +78,8 @@ sorted_as(const struct tq_topk *h, const struct pair *s, uint32_t want)
 
 /*
  * The lazy top-k keeps what a heap keeps, both the k best: pushed in
- * random, ascending
- * and descending order (the worst cases of a pivot taken from one end),
+ * random, ascending and descending order (the worst cases of a pivot
+ * taken from one end),
  * with few distinct keys (ties broken by id) or many, keys on a coarse
  * grid (ties inside a bin of its selection), and infinite and NaN keys
  * among them, through its selections, a settle, a push after it, and
@@ -90,6 +90,7 @@ test_topk_lazy(void)
 {
 	static const uint32_t ks[] = { 1, 2, 3, 10, 40, 160, 999, 1000, 1024,
 	    1025, 5000 };
+	const size_t nks = sizeof(ks) / sizeof(ks[0]);
 	size_t n = 3000, i, ki, order;
 	struct pair *all = malloc(n * sizeof(*all));
 	struct pair *s = malloc(n * sizeof(*s));
@@ -116,10 +117,10 @@ test_topk_lazy(void)
 		if (order == 2)		/* worst first */
 			for (i = 0; i < n; i++)
 				all[i] = s[n - 1 - i];
-		for (ki = 0; ki < 2 * sizeof(ks) / sizeof(ks[0]); ki++) {
+		for (ki = 0; ki < 2 * nks; ki++) {
 			/* Every k lazy, then every k a heap. */
-			int lazy = ki < sizeof(ks) / sizeof(ks[0]);
-			uint32_t k = ks[ki % (sizeof(ks) / sizeof(ks[0]))];
+			int lazy = ki < nks;
+			uint32_t k = ks[ki % nks];
 			uint32_t want = k < n ? k : (uint32_t)n;
 			int ok = 1;
 
