@@ -314,6 +314,8 @@ unsigned tq_ncpu(void);
 #define TQ_TAG_FACH TQ_TAG('F', 'A', 'C', 'H')
 #define TQ_TAG_ID32 TQ_TAG('I', 'D', '3', '2')
 #define TQ_IVFC_HEADER 16u
+/* IVFC encoding (header offset 8) 1: a mean and bf16 offsets; 0: f32. */
+#define TQ_IVFC_BF16 1u
 
 #define TQ_QPAR_SIZE 64u
 #define TQ_IPAR_SIZE 64u
@@ -361,7 +363,15 @@ unsigned tq_ncpu(void);
 /* Coarse lists (IVF): centroids in the input space, see ivf.c. */
 struct tq_ivf {
 	uint32_t nlist;			/* 0: no lists */
-	const float *cent;		/* nlist * dim */
+	/*
+	 * The centroids, nlist * dim: f32 (cent), or NULL and each value
+	 * cbase[j] + cb[o * dim + j] in f32, the offsets in bf16 (IVFC
+	 * encoding 1), which tq_ivf_rows widens a few rows at a time so
+	 * that a search keeps half the bytes resident.
+	 */
+	const float *cent;
+	const uint16_t *cb;
+	const float *cbase;		/* dim */
 	float *n2;			/* nlist: |c|^2 in the fixed order */
 	double cmax;			/* largest |c| */
 	double n2max;			/* largest n2 */
@@ -407,7 +417,22 @@ struct tq_quantizer {
 	int borrowed;			/* rot/centre point into a mapping */
 	struct tq_ivf ivf;
 	float *ivfmem;			/* owned centroids, or NULL */
+	void *ivfbmem;			/* owns ivf.cbase, ivf.cb, or NULL */
 };
+
+/*
+ * Rows o to o + n - 1 of v's centroids in f32: a pointer into v->cent,
+ * or tmp (n * dim floats) filled from the bf16 form.
+ */
+const float *tq_ivf_rows(const struct tq_ivf *v, uint32_t dim, uint32_t o,
+    uint32_t n, float *tmp);
+/*
+ * Rounds the n * dim centroids c (f32) to IVFC's bf16 form: base gets the
+ * mean of each coordinate, cb each value's offset from it rounded to bf16
+ * (to nearest even), and c the values they stand for.
+ */
+void tq_ivf_round(float *c, size_t n, uint32_t dim, float *base,
+    uint16_t *cb);
 
 /* Fills v->n2, v->cmax and v->n2max from v->cent. */
 enum tq_status tq_ivf_prepare(struct tq_ivf *v, uint32_t dim);

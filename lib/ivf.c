@@ -24,6 +24,12 @@
  * a few more lists are re-checked (1.2 to 1.8 a row instead of 1.0 on
  * Fashion-MNIST and text embeddings), but a bf16 multiply-add instruction
  * does twice the work of a float one, and the choice is the same.
+ *
+ * A quantizer fitted here stores its centroids in bf16, as offsets from
+ * their mean (tq_ivf_round): the values every program uses are those the
+ * offsets stand for, so nothing changes but the bytes, half those of f32,
+ * and a search widens the rows it scores a block at a time
+ * (tq_ivf_rows) instead of keeping an f32 copy.
  */
 #include <cblas.h>
 #include <math.h>
@@ -39,6 +45,8 @@
 /* Rows scored per sgemm call; fewer than NEAR_BLAS_MIN skip sgemm. */
 #define NEAR_ROWS 256
 #define NEAR_BLAS_MIN 8
+/* Centroids widened from bf16 at a time (tq_ivf_rows), for sgemm. */
+#define WIDEN_LISTS 64
 
 /* Lists fewer than this are filtered by sgemm: padding would cost more. */
 #define BF16_MIN_LISTS 64
@@ -74,6 +82,7 @@ bf16_pack(struct tq_ivf *v, uint32_t dim)
 	const struct tq_bf16_kernel *bk = tq_bf16_single_kernel();
 	uint32_t k2 = (dim + 1) / 2, nlp;
 	uint32_t *row, *w;
+	float *tmp;
 
 	if (bk == NULL || v->nlist < BF16_MIN_LISTS ||
 	    !(v->cmax < TQ_BF16_MAX_NORM))
@@ -81,10 +90,13 @@ bf16_pack(struct tq_ivf *v, uint32_t dim)
 	nlp = (v->nlist + TQ_BF16_LISTS - 1) / TQ_BF16_LISTS * TQ_BF16_LISTS;
 	/* Without the memory, sgemm filters: slower, the same lists. */
 	row = tq_mallocarray(k2, sizeof(*row));
+	tmp = tq_mallocarray(dim, sizeof(*tmp));
 	v->bfe = tq_mallocarray(v->nlist, 2 * sizeof(*v->bfe));
-	if (row == NULL || v->bfe == NULL || posix_memalign(&v->bfc, 64,
-	    (size_t)nlp * k2 * sizeof(uint32_t)) != 0) {
+	if (row == NULL || tmp == NULL || v->bfe == NULL ||
+	    posix_memalign(&v->bfc, 64, (size_t)nlp * k2 *
+	    sizeof(uint32_t)) != 0) {
 		free(row);
+		free(tmp);
 		bf16_release(v);
 		return;
 	}
@@ -93,7 +105,7 @@ bf16_pack(struct tq_ivf *v, uint32_t dim)
 	for (uint32_t o = 0; o < v->nlist; o++) {
 		double cn, dn;
 
-		bk->row(v->cent + (size_t)o * dim, dim, row, &cn, &dn);
+		bk->row(tq_ivf_rows(v, dim, o, 1, tmp), dim, row, &cn, &dn);
 		/* |c| from |bf16(c)| and the residual, rounded up. */
 		v->bfe[2 * o] = dn;
 		v->bfe[2 * o + 1] = (cn + dn) * (1.0 + 0x1p-40);
@@ -103,6 +115,7 @@ bf16_pack(struct tq_ivf *v, uint32_t dim)
 		tq_bf16_place(w, k2, o, row);
 	}
 	free(row);
+	free(tmp);
 	v->bfnl = nlp;
 }
 
@@ -144,12 +157,17 @@ enum tq_status
 tq_ivf_prepare(struct tq_ivf *v, uint32_t dim)
 {
 	double mx = 0.0, m2 = 0.0;
+	float *tmp = NULL;
 
 	tq_ivf_release(v);
-	if ((v->n2 = tq_mallocarray(v->nlist, sizeof(float))) == NULL)
+	if ((v->n2 = tq_mallocarray(v->nlist, sizeof(float))) == NULL ||
+	    (v->cent == NULL && (tmp = tq_mallocarray(dim,
+	    sizeof(*tmp))) == NULL)) {
+		tq_ivf_release(v);
 		return tq_fail(TQ_ERR_NOMEM, "lists: out of memory");
+	}
 	for (uint32_t o = 0; o < v->nlist; o++) {
-		const float *c = v->cent + (size_t)o * dim;
+		const float *c = tq_ivf_rows(v, dim, o, 1, tmp);
 		double s = 0.0;
 
 		tq_dot_rows(c, dim, 1, c, 1, dim, &v->n2[o], 1);
@@ -160,9 +178,61 @@ tq_ivf_prepare(struct tq_ivf *v, uint32_t dim)
 		if (v->n2[o] > m2)
 			m2 = v->n2[o];
 	}
+	free(tmp);
 	v->cmax = sqrt(mx);
 	v->n2max = m2;
 	return TQ_OK;
+}
+
+const float *
+tq_ivf_rows(const struct tq_ivf *v, uint32_t dim, uint32_t o, uint32_t n,
+    float *tmp)
+{
+	const uint16_t *b = v->cb + (size_t)o * dim;
+
+	if (v->cent != NULL)
+		return v->cent + (size_t)o * dim;
+	for (uint32_t r = 0; r < n; r++)
+		for (uint32_t j = 0; j < dim; j++) {
+			uint32_t w = (uint32_t)b[(size_t)r * dim + j] << 16;
+			float f;
+
+			memcpy(&f, &w, sizeof(f));
+			tmp[(size_t)r * dim + j] = v->cbase[j] + f;
+		}
+	return tmp;
+}
+
+/* f to bf16, to nearest even (f finite). */
+static uint16_t
+bf16_even(float f)
+{
+	uint32_t w;
+
+	memcpy(&w, &f, sizeof(w));
+	return (uint16_t)((w + 0x7fffu + ((w >> 16) & 1u)) >> 16);
+}
+
+void
+tq_ivf_round(float *c, size_t n, uint32_t dim, float *base, uint16_t *cb)
+{
+	for (uint32_t j = 0; j < dim; j++) {
+		double s = 0.0;
+
+		for (size_t o = 0; o < n; o++)
+			s += (double)c[o * dim + j];
+		base[j] = (float)(s / (double)n);
+	}
+	for (size_t o = 0; o < n; o++)
+		for (uint32_t j = 0; j < dim; j++) {
+			uint32_t w;
+			float f;
+
+			cb[o * dim + j] = bf16_even(c[o * dim + j] - base[j]);
+			w = (uint32_t)cb[o * dim + j] << 16;
+			memcpy(&f, &w, sizeof(f));
+			c[o * dim + j] = base[j] + f;
+		}
 }
 
 static pthread_mutex_t bf16_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -425,16 +495,42 @@ single_filter(const struct tq_ivf *cv, uint32_t dim)
 }
 
 /*
+ * y[i * ldy + o] = <x_i, c_o> for the m rows of x and every list, as
+ * tq_dot_rows or (sgemm != 0) cblas_sgemm sums them; tmp holds
+ * WIDEN_LISTS * dim floats if v has no f32 centroids.
+ */
+static void
+dot_lists(const struct tq_ivf *v, uint32_t dim, const float *x, size_t m,
+    float *y, size_t ldy, int sgemm, float *tmp)
+{
+	uint32_t nb = v->cent != NULL ? v->nlist : WIDEN_LISTS;
+
+	for (uint32_t o = 0; o < v->nlist; o += nb) {
+		uint32_t b = v->nlist - o < nb ? v->nlist - o : nb;
+		const float *c = tq_ivf_rows(v, dim, o, b, tmp);
+
+		if (sgemm)
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans,
+			    (int)m, (int)b, (int)dim, 1.0f, x, (int)dim, c,
+			    (int)dim, 0.0f, y + o, (int)ldy);
+		else
+			tq_dot_rows(x, dim, m, c, b, dim, y + o, ldy);
+	}
+}
+
+/*
  * The p lists of the single row x (|x| = nx, scale inv) through the bf16
- * filter of bk, into h (unsorted); s holds v->bfnl floats and xb
- * (dim + 1) / 2 words.  Only the lists the filter cannot rule out are
- * scored in the fixed order, which decides among them as it would among
- * all: the same lists, reading half the bytes and a few rows again.
+ * filter of bk, into h (unsorted); s holds v->bfnl floats, xb
+ * (dim + 1) / 2 words and tmp dim floats.  Only the lists the filter
+ * cannot rule out are scored in the fixed order, which decides among them
+ * as it would among all: the same lists, reading half the bytes and a few
+ * rows again.
  */
 static void
 single_rows(const struct tq_ivf *v, uint32_t dim,
     const struct tq_bf16_kernel *bk, const float *x, double nx, float inv,
-    int ip, struct tq_topk *h, float *s, uint32_t *xb, uint32_t *cand)
+    int ip, struct tq_topk *h, float *s, uint32_t *xb, uint32_t *cand,
+    float *tmp)
 {
 	struct bfbound bb;
 	double rn, dn;
@@ -450,8 +546,8 @@ single_rows(const struct tq_ivf *v, uint32_t dim,
 		uint32_t o = cand[t];
 		float dot;
 
-		tq_dot_rows(x, dim, 1, v->cent + (size_t)o * dim, 1, dim, &dot,
-		    1);
+		tq_dot_rows(x, dim, 1, tq_ivf_rows(v, dim, o, 1, tmp), 1, dim,
+		    &dot, 1);
 		tq_topk_push(h, list_score(v, o, dot, inv, ip), o);
 	}
 }
@@ -484,7 +580,7 @@ nearest_rows(const struct tq_ivf *v, uint32_t dim, const float *x,
 	if (rb > n)
 		rb = n;
 	rb6 = (rb + TQ_BF16_ROWS - 1) / TQ_BF16_ROWS * TQ_BF16_ROWS;
-	float *s = NULL, *s1 = NULL;
+	float *s = NULL, *s1 = NULL, *tmp = NULL;
 	/* Per row: |x|; bf16 filter: |bf16(x)|, |x - bf16(x)|. */
 	double *nx = NULL, *rn, *dn;
 	struct tq_topk h;
@@ -504,8 +600,11 @@ nearest_rows(const struct tq_ivf *v, uint32_t dim, const float *x,
 	cand = tq_mallocarray(nl, sizeof(*cand));
 	if (bfk != NULL)
 		xb = tq_mallocarray(rb6, (size_t)k2 * sizeof(*xb));
+	if (v->cent == NULL)
+		tmp = tq_mallocarray(WIDEN_LISTS, (size_t)dim * sizeof(*tmp));
 	if (s == NULL || nx == NULL || cand == NULL || (bfk != NULL &&
-	    xb == NULL) || tq_topk_init(&h, p) != TQ_OK) {
+	    xb == NULL) || (v->cent == NULL && tmp == NULL) ||
+	    tq_topk_init(&h, p) != TQ_OK) {
 		st = tq_fail(TQ_ERR_NOMEM, "lists: out of memory");
 		goto done;
 	}
@@ -531,7 +630,7 @@ nearest_rows(const struct tq_ivf *v, uint32_t dim, const float *x,
 		if (b1 != NULL) {
 			/* single_rows, in the loop below */
 		} else if (exact) {
-			tq_dot_rows(x + r0 * dim, dim, m, v->cent, nl, dim, s, nl);
+			dot_lists(v, dim, x + r0 * dim, m, s, nl, 0, tmp);
 		} else if (bf) {
 			for (size_t i = 0; i < rb6; i++)
 				if (i < m)
@@ -542,9 +641,7 @@ nearest_rows(const struct tq_ivf *v, uint32_t dim, const float *x,
 			bfk->gemm(xb, rb6, v->bfc, v->bfnl, k2, s, v->bfnl);
 			ls = v->bfnl;
 		} else {
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans,
-			    (int)m, (int)nl, (int)dim, 1.0f, x + r0 * dim,
-			    (int)dim, v->cent, (int)dim, 0.0f, s, (int)nl);
+			dot_lists(v, dim, x + r0 * dim, m, s, nl, 1, tmp);
 		}
 		for (size_t i = 0; i < m; i++) {
 			const float *xi = x + (r0 + i) * dim, *si = s + i * ls;
@@ -556,7 +653,7 @@ nearest_rows(const struct tq_ivf *v, uint32_t dim, const float *x,
 				inv = nx[i] > 0.0 ? (float)(1.0 / nx[i]) : 0.0f;
 			if (b1 != NULL) {
 				single_rows(v, dim, b1, xi, nx[i], inv, ip, &h,
-				    s1, xb1, cand);
+				    s1, xb1, cand, tmp);
 				goto ranked;
 			}
 			if (exact) {
@@ -618,8 +715,8 @@ nearest_rows(const struct tq_ivf *v, uint32_t dim, const float *x,
 				float dot;
 
 				o = cand[t];
-				tq_dot_rows(xi, dim, 1, v->cent + (size_t)o * dim,
-				    1, dim, &dot, 1);
+				tq_dot_rows(xi, dim, 1, tq_ivf_rows(v, dim, o,
+				    1, tmp), 1, dim, &dot, 1);
 				tq_topk_push(&h, list_score(v, o, dot, inv, ip),
 				    o);
 			}
@@ -634,6 +731,7 @@ ranked:
 	}
 done:
 	tq_topk_free(&h);
+	free(tmp);
 	free(s1);
 	free(xb1);
 	free(s);

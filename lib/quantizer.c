@@ -89,6 +89,7 @@ tq_quantizer_free(struct tq_quantizer *q)
 		free(q->centre);	/* rcentre shares this allocation */
 	}
 	free(q->ivfmem);
+	free(q->ivfbmem);
 	tq_ivf_release(&q->ivf);
 	free(q);
 }
@@ -314,6 +315,32 @@ sample_front(struct reservoir *rs, uint32_t dim, size_t m, uint64_t seed)
 }
 
 /*
+ * The fitted centroids to IVFC's bf16 form (tq_ivf_round), kept in f32 as
+ * well for the build that may follow in this process.  Centroids this
+ * large (never from real data) stay f32, so that no offset overflows.
+ */
+static enum tq_status
+round_lists(struct tq_quantizer *q)
+{
+	size_t cnt = (size_t)q->ivf.nlist * q->dim;
+	float *base;
+
+	for (size_t i = 0; i < cnt; i++)
+		if (!(fabsf(q->ivfmem[i]) < 0x1p100f))
+			return TQ_OK;
+	if ((q->ivfbmem = malloc(q->dim * sizeof(float) + cnt *
+	    sizeof(uint16_t))) == NULL)
+		return tq_fail(TQ_ERR_NOMEM, "fit: out of memory for %u lists",
+		    (unsigned)q->ivf.nlist);
+	base = q->ivfbmem;
+	q->ivf.cbase = base;
+	q->ivf.cb = (const uint16_t *)(const void *)(base + q->dim);
+	tq_ivf_round(q->ivfmem, q->ivf.nlist, q->dim, base,
+	    (uint16_t *)(uintptr_t)q->ivf.cb);
+	return TQ_OK;
+}
+
+/*
  * The coarse lists: k-means on the sample.  TQ_LISTS_AUTO takes the
  * square root of the rows read, and the default sample (a million rows
  * for AUTO) is cut to TQ_TRAIN_PER_LIST rows a list once the count is
@@ -353,6 +380,7 @@ fit_lists(struct tq_quantizer *q, const struct tq_fit_params *p,
 	    &kp, q->ivfmem));
 	q->ivf.nlist = k;
 	q->ivf.cent = q->ivfmem;
+	TQ_TRY(round_lists(q));
 	return tq_ivf_prepare(&q->ivf, q->dim);
 }
 
@@ -499,6 +527,24 @@ sink_floats(struct sink *s, const float *v, size_t n)
 	return TQ_OK;
 }
 
+/* Writes n u16 as little-endian through a bounce buffer. */
+static enum tq_status
+sink_u16s(struct sink *s, const uint16_t *v, size_t n)
+{
+	uint8_t buf[4096];
+	size_t i, k;
+
+	for (i = 0; i < n; i += k) {
+		k = n - i < sizeof(buf) / 2 ? n - i : sizeof(buf) / 2;
+		for (size_t j = 0; j < k; j++) {
+			buf[2 * j] = (uint8_t)v[i + j];
+			buf[2 * j + 1] = (uint8_t)(v[i + j] >> 8);
+		}
+		TQ_TRY(sink_write(s, buf, 2 * k));
+	}
+	return TQ_OK;
+}
+
 static enum tq_status
 serialize(const struct tq_quantizer *q, struct sink *s)
 {
@@ -539,10 +585,17 @@ serialize(const struct tq_quantizer *q, struct sink *s)
 		memset(hdr, 0, sizeof(hdr));
 		wr_le32(hdr, q->ivf.nlist);
 		wr_le32(hdr + 4, q->dim);
+		wr_le32(hdr + 8, q->ivf.cb != NULL ? TQ_IVFC_BF16 : 0);
 		TQ_TRY(sink_begin(s, TQ_TAG_IVFC));
 		TQ_TRY(sink_write(s, hdr, sizeof(hdr)));
-		TQ_TRY(sink_floats(s, q->ivf.cent,
-		    (size_t)q->ivf.nlist * q->dim));
+		if (q->ivf.cb != NULL) {
+			TQ_TRY(sink_floats(s, q->ivf.cbase, q->dim));
+			TQ_TRY(sink_u16s(s, q->ivf.cb,
+			    (size_t)q->ivf.nlist * q->dim));
+		} else {
+			TQ_TRY(sink_floats(s, q->ivf.cent,
+			    (size_t)q->ivf.nlist * q->dim));
+		}
 		TQ_TRY(sink_end(s));
 	}
 	return TQ_OK;
@@ -682,13 +735,72 @@ parse_cbok(const uint8_t *p, uint64_t len, struct tq_quantizer *q)
 	return TQ_OK;
 }
 
+/*
+ * IVFC in bf16 (encoding 1) at p, L lists: the mean, then the offsets,
+ * every value they stand for finite.  Borrowed where the map allows;
+ * residual codes read their lists' centroids row by row (tq_row_centre),
+ * so they get the f32 values as well.
+ */
+static enum tq_status
+load_ivfc_bf16(const uint8_t *p, uint32_t nl, struct tq_quantizer *q,
+    int copy)
+{
+	size_t cnt = (size_t)nl * q->dim, i;
+	const uint8_t *ob = p + 4 * (size_t)q->dim;
+	float *base;
+	uint16_t *cb;
+
+	for (i = 0; i < q->dim; i++)
+		if (!isfinite(rd_lef32(p + 4 * i)))
+			return tq_fail(TQ_ERR_FORMAT, "section IVFC: mean %zu "
+			    "is NaN or infinite", i);
+	if (!copy && host_is_le() && ((uintptr_t)p % 4) == 0) {
+		q->ivf.cbase = (const float *)(const void *)p;
+		q->ivf.cb = (const uint16_t *)(const void *)ob;
+	} else {
+		if ((q->ivfbmem = malloc(q->dim * sizeof(float) + cnt *
+		    sizeof(uint16_t))) == NULL)
+			return tq_fail(TQ_ERR_NOMEM, "out of memory");
+		base = q->ivfbmem;
+		cb = (uint16_t *)(void *)(base + q->dim);
+		for (i = 0; i < q->dim; i++)
+			base[i] = rd_lef32(p + 4 * i);
+		for (i = 0; i < cnt; i++)
+			cb[i] = (uint16_t)(ob[2 * i] | ob[2 * i + 1] << 8);
+		q->ivf.cbase = base;
+		q->ivf.cb = cb;
+	}
+	q->ivf.nlist = nl;
+	if ((q->ivfmem = tq_mallocarray(q->flags & TQ_QFLAG_RESIDUAL ? cnt :
+	    q->dim, sizeof(float))) == NULL)
+		return tq_fail(TQ_ERR_NOMEM, "out of memory");
+	for (uint32_t o = 0; o < nl; o++) {
+		float *c = q->ivfmem + (q->flags & TQ_QFLAG_RESIDUAL ?
+		    (size_t)o * q->dim : 0);
+
+		tq_ivf_rows(&q->ivf, q->dim, o, 1, c);
+		for (i = 0; i < q->dim; i++)
+			if (!isfinite(c[i]))
+				return tq_fail(TQ_ERR_FORMAT, "section IVFC: "
+				    "value %zu is NaN or infinite",
+				    (size_t)o * q->dim + i);
+	}
+	if (q->flags & TQ_QFLAG_RESIDUAL) {
+		q->ivf.cent = q->ivfmem;
+	} else {
+		free(q->ivfmem);
+		q->ivfmem = NULL;
+	}
+	return tq_ivf_prepare(&q->ivf, q->dim);
+}
+
 /* The optional IVFC section: checked, then borrowed or copied. */
 static enum tq_status
 load_ivfc(const struct tq_file *f, struct tq_quantizer *q, int copy)
 {
 	const uint8_t *p;
 	uint64_t len, want;
-	uint32_t nl;
+	uint32_t nl, enc;
 	size_t cnt, i;
 
 	if ((p = tq_file_section(f, TQ_TAG_IVFC, &len)) == NULL)
@@ -696,16 +808,23 @@ load_ivfc(const struct tq_file *f, struct tq_quantizer *q, int copy)
 	if (len < TQ_IVFC_HEADER)
 		return tq_fail(TQ_ERR_FORMAT, "section IVFC: too short");
 	nl = rd_le32(p);
+	enc = rd_le32(p + 8);
 	if (nl < 1 || nl > TQ_MAX_LISTS || rd_le32(p + 4) != q->dim ||
-	    rd_le64(p + 8) != 0)
+	    rd_le32(p + 12) != 0)
 		return tq_fail(TQ_ERR_FORMAT, "section IVFC: bad header");
-	want = TQ_IVFC_HEADER + (uint64_t)nl * q->dim * 4;
+	if (enc != 0 && enc != TQ_IVFC_BF16)
+		return tq_fail(TQ_ERR_FORMAT, "section IVFC: encoding %u "
+		    "unknown (a newer tq?)", (unsigned)enc);
+	want = TQ_IVFC_HEADER + (enc == TQ_IVFC_BF16 ? 4 * (uint64_t)q->dim +
+	    (uint64_t)nl * q->dim * 2 : (uint64_t)nl * q->dim * 4);
 	if (len != want)
 		return tq_fail(TQ_ERR_FORMAT, "section IVFC: length %llu, "
 		    "expected %llu", (unsigned long long)len,
 		    (unsigned long long)want);
 	cnt = (size_t)nl * q->dim;
 	p += TQ_IVFC_HEADER;
+	if (enc == TQ_IVFC_BF16)
+		return load_ivfc_bf16(p, nl, q, copy);
 	for (i = 0; i < cnt; i++)
 		if (!isfinite(rd_lef32(p + 4 * i)))
 			return tq_fail(TQ_ERR_FORMAT, "section IVFC: value %zu "

@@ -78,9 +78,17 @@ EOF
 	# Damaged tq files.
 	head -c 6000 i.tqi >cut.tqi
 	head -c 300 q.tq >cutq.tq
-	"$PY" "$MAL/make-index-cases" i.tqi q.tq cases >/dev/null
+	# The other factor layout, a calibration and an IVF index with
+	# copies: make-index-cases then also damages the lists (IVFC).
+	"$TQ_BIN/tq-build" -q q.tq --factors f32 -o dg-f32.tqi c.bin
+	"$TQ_BIN/tq-build" -q q.tq --calibrate-sample 50 -o dg-cal.tqi c.bin
+	"$TQ_BIN/tq-build" -q ivf.tq --originals f16 --dups 2 --dup-ratio 1000 \
+	    --no-calibrate -o dg-ivf.tqi c.bin
+	"$PY" "$MAL/make-index-cases" i.tqi q.tq cases dg-f32.tqi dg-cal.tqi \
+	    dg-ivf.tqi >/dev/null
 	for c in c-version-99 s-header-hash s-table-hash c-code-offset-past-end \
-	    c-fach-overlaps-code qi-missing-cbok s-payload-code; do
+	    c-fach-overlaps-code qi-missing-cbok s-payload-code \
+	    qi-ivfc-encoding-2; do
 		cp cases/$c $c.tqi
 	done
 
@@ -318,6 +326,10 @@ tqfile_cases() {
 	with_file qi-missing-cbok.tqi "$@"
 	expect 1 'FILE: missing section TAG' \
 	    'qi-missing-cbok.tqi: missing section CBOK' "$prog" "${ARGS[@]}"
+	with_file qi-ivfc-encoding-2.tqi "$@"
+	expect 1 'FILE: section IVFC: encoding E unknown (a newer tq?)' \
+	    'qi-ivfc-encoding-2.tqi: section IVFC: encoding 2 unknown (a newer tq?)' \
+	    "$prog" "${ARGS[@]}"
 }
 
 @test "tq-fit: every message under DIAGNOSTICS" {

@@ -1229,6 +1229,142 @@ ivf_nearest_case(uint32_t dim, uint32_t nl)
 }
 
 /*
+ * Centroids in IVFC's bf16 form (tq_ivf_round; cent NULL, widened by
+ * tq_ivf_rows) choose the same lists as the f32 values they stand for, on
+ * every path: batches (sgemm and the bf16 filter), single rows in the
+ * fixed order and through the filter after BF16_SINGLE_AFTER of them.
+ * Each value moves from the f32 centroid by at most half a bf16 step of
+ * its offset from the mean (2^-8 of it), and half an f32 step of the
+ * offset and of the sum.
+ */
+static void
+ivf_bf16_case(uint32_t dim, uint32_t nl)
+{
+	const uint32_t n = 300, p = 5;
+	float *c = make_data(nl, dim), *c0 = make_data(nl, dim);
+	float *x = make_data(n, dim), *base = malloc(dim * sizeof(*base));
+	float *w = malloc((size_t)nl * dim * sizeof(*w));
+	uint16_t *cb = malloc((size_t)nl * dim * sizeof(*cb));
+	uint32_t *a = malloc(n * p * sizeof(*a)), *b = malloc(n * p *
+	    sizeof(*b));
+	struct tq_ivf v32, vb;
+	int bad = 0;
+
+	/* Far from 0: the offsets from the mean are what is rounded. */
+	for (uint32_t i = 0; i < nl * dim; i++)
+		c[i] = 40.0f + 3.0f * c[i];
+	memcpy(c0, c, (size_t)nl * dim * sizeof(*c));
+	tq_ivf_round(c, nl, dim, base, cb);
+	for (uint32_t o = 0; o < nl; o++)
+		for (uint32_t d = 0; d < dim; d++) {
+			double e = fabs((double)c0[o * dim + d] - base[d]);
+			double lim = e * (0x1p-8 + 0x1p-23) +
+			    fabs((double)c[o * dim + d]) * 0x1p-24;
+
+			bad |= !(fabs((double)c[o * dim + d] -
+			    c0[o * dim + d]) <= lim);
+		}
+	CHECK(!bad);
+	memset(&v32, 0, sizeof(v32));
+	memset(&vb, 0, sizeof(vb));
+	v32.nlist = vb.nlist = nl;
+	v32.cent = c;
+	vb.cb = cb;
+	vb.cbase = base;
+	CHECK(tq_ivf_rows(&vb, dim, 0, nl, w) == w);
+	CHECK(memcmp(w, c, (size_t)nl * dim * sizeof(*c)) == 0);
+	CHECK(tq_ivf_rows(&v32, dim, 2, 1, w) == c + 2 * dim);
+	CHECK_OK(tq_ivf_prepare(&v32, dim));
+	CHECK_OK(tq_ivf_prepare(&vb, dim));
+	CHECK(memcmp(v32.n2, vb.n2, nl * sizeof(*vb.n2)) == 0);
+	CHECK(v32.cmax == vb.cmax && v32.n2max == vb.n2max);
+	for (uint32_t i = 0; i < 70; i++) {
+		CHECK_OK(tq_ivf_nearest(&v32, dim, x + i * dim, 1, 0, 0, p,
+		    a + i * p, NULL, 0));
+		CHECK_OK(tq_ivf_nearest(&vb, dim, x + i * dim, 1, 0, 0, p,
+		    b + i * p, NULL, 0));
+	}
+	CHECK(memcmp(a, b, 70 * p * sizeof(*a)) == 0);
+	for (int mode = 0; mode < 3; mode++) {
+		int norm = mode == 1, ip = mode == 2;
+
+		for (uint32_t pp = 1; pp <= p; pp += p - 1) {
+			CHECK_OK(tq_ivf_nearest(&v32, dim, x, n, norm, ip, pp,
+			    a, NULL, 0));
+			CHECK_OK(tq_ivf_nearest(&vb, dim, x, n, norm, ip, pp, b,
+			    NULL, 0));
+			CHECK(memcmp(a, b, n * pp * sizeof(*a)) == 0);
+		}
+	}
+	tq_ivf_release(&v32);
+	tq_ivf_release(&vb);
+	free(c);
+	free(c0);
+	free(x);
+	free(base);
+	free(w);
+	free(cb);
+	free(a);
+	free(b);
+}
+
+/*
+ * A fitted quantizer writes its lists in bf16 (encoding 1, half the
+ * bytes) and reads back the same fingerprint, borrowed from a map or
+ * copied; one with f32 centroids (an older file) keeps encoding 0.  Both
+ * choose the same lists.  (Damaged IVFC headers and values:
+ * tests/malformed/make-index-cases.)
+ */
+static void
+test_ivf_bf16_file(void)
+{
+	const uint32_t dim = 24, nl = 9;
+	const size_t n = 400;
+	float *x = make_data(n, dim);
+	struct tq_quantizer *q = fit_data(x, n, dim, 4, TQ_METRIC_L2, nl), *r;
+	struct tq_quantizer *r32, *rc;
+	struct tq_file f;
+	uint64_t len;
+	uint32_t la[400], lb[400];
+	const uint16_t *cb;
+	const char *p = unit_path("ivfq.tq"), *p32 = unit_path("ivfq32.tq");
+
+	CHECK(q->ivf.cb != NULL && q->ivf.cent != NULL);
+	CHECK_OK(tq_quantizer_save(q, p));
+	CHECK_OK(tq_file_map(p, &f));
+	CHECK(tq_file_section(&f, TQ_TAG_IVFC, &len) != NULL);
+	CHECK(len == TQ_IVFC_HEADER + 4 * dim + 2 * (uint64_t)nl * dim);
+	CHECK_OK(tq_quantizer_from_file(&f, 1, &rc));
+	CHECK(rc->ivf.cent == NULL && rc->ivf.cb != NULL);
+	CHECK(tq_quantizer_fingerprint(rc) == tq_quantizer_fingerprint(q));
+	CHECK_OK(tq_ivf_nearest(&rc->ivf, dim, x, n, 0, 0, 1, lb, NULL, 0));
+	tq_quantizer_free(rc);
+	tq_file_unmap(&f);
+	CHECK_OK(tq_ivf_nearest(&q->ivf, dim, x, n, 0, 0, 1, la, NULL, 0));
+	CHECK(memcmp(la, lb, sizeof(la)) == 0);
+	CHECK_OK(tq_quantizer_load(p, &r));
+	CHECK(r->ivf.cent == NULL && r->ivf.cb != NULL);
+	CHECK(tq_quantizer_fingerprint(r) == tq_quantizer_fingerprint(q));
+	CHECK_OK(tq_ivf_nearest(&q->ivf, dim, x, n, 0, 0, 1, la, NULL, 0));
+	CHECK_OK(tq_ivf_nearest(&r->ivf, dim, x, n, 0, 0, 1, lb, NULL, 0));
+	CHECK(memcmp(la, lb, sizeof(la)) == 0);
+	/* f32 centroids, as an older tq-fit wrote them. */
+	cb = q->ivf.cb;
+	q->ivf.cb = NULL;
+	CHECK_OK(tq_quantizer_save(q, p32));
+	q->ivf.cb = cb;
+	CHECK_OK(tq_quantizer_load(p32, &r32));
+	CHECK(r32->ivf.cent != NULL && r32->ivf.cb == NULL);
+	CHECK(tq_quantizer_fingerprint(r32) != tq_quantizer_fingerprint(q));
+	CHECK_OK(tq_ivf_nearest(&r32->ivf, dim, x, n, 0, 0, 1, lb, NULL, 0));
+	CHECK(memcmp(la, lb, sizeof(la)) == 0);
+	tq_quantizer_free(q);
+	tq_quantizer_free(r);
+	tq_quantizer_free(r32);
+	free(x);
+}
+
+/*
  * The bf16 filter's products (where the CPU has them) are within the
  * bound ivf.c allows of the fixed-order ones: rows and centroids rounded
  * here independently of ivf.c, laid out as near_bf16.c reads them.
@@ -1504,6 +1640,9 @@ test_ivf_nearest(void)
 {
 	ivf_nearest_case(33, 37);
 	ivf_nearest_case(61, 150);
+	ivf_bf16_case(33, 37);
+	ivf_bf16_case(61, 150);
+	test_ivf_bf16_file();
 }
 
 /* k-means finds well separated clusters and is deterministic. */
