@@ -372,6 +372,15 @@ struct tq_ivf {
 	const float *cent;
 	const uint16_t *cb;
 	const float *cbase;		/* dim */
+	/*
+	 * With cb: the f32 values, made (ivf.c wide_ready) for the searches
+	 * that score every list or most of them one row at a time, where
+	 * widening a block per row would cost more than the dot products:
+	 * no list filter, or one that rules out few lists.  Guarded like
+	 * bfc; widemade 1 once tried.
+	 */
+	float *wide;
+	int widemade;
 	float *n2;			/* nlist: |c|^2 in the fixed order */
 	double cmax;			/* largest |c| */
 	double n2max;			/* largest n2 */

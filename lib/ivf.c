@@ -149,6 +149,9 @@ tq_ivf_release(struct tq_ivf *v)
 {
 	free(v->n2);
 	v->n2 = NULL;
+	free(v->wide);
+	v->wide = NULL;
+	v->widemade = 0;
 	bf16_release(v);
 	v->nsingle = 0;
 }
@@ -184,22 +187,42 @@ tq_ivf_prepare(struct tq_ivf *v, uint32_t dim)
 	return TQ_OK;
 }
 
+/*
+ * The widening of tq_ivf_rows in clones for AVX-512, AVX2 and baseline
+ * x86-64 at -O3, one chosen when the library loads: a single query
+ * widens the few dozen lists it re-scores, where a scalar loop cost
+ * more than their dot products (Fashion-MNIST, 32 probes).  Each value
+ * is one f32 addition, the same bits in every clone.
+ */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && \
+    !defined(TQ_NO_CLONES)
+#define WIDEN_CLONES __attribute__((target_clones("avx512f", "avx2", \
+    "default"), optimize("O3")))
+#else
+#define WIDEN_CLONES
+#endif
+
+WIDEN_CLONES static void
+widen(const uint16_t *restrict b, const float *restrict base, size_t n,
+    uint32_t dim, float *restrict out)
+{
+	for (size_t r = 0; r < n; r++)
+		for (uint32_t j = 0; j < dim; j++) {
+			uint32_t w = (uint32_t)b[r * dim + j] << 16;
+			float f;
+
+			memcpy(&f, &w, sizeof(f));
+			out[r * dim + j] = base[j] + f;
+		}
+}
+
 const float *
 tq_ivf_rows(const struct tq_ivf *v, uint32_t dim, uint32_t o, uint32_t n,
     float *tmp)
 {
-	const uint16_t *b = v->cb + (size_t)o * dim;
-
 	if (v->cent != NULL)
 		return v->cent + (size_t)o * dim;
-	for (uint32_t r = 0; r < n; r++)
-		for (uint32_t j = 0; j < dim; j++) {
-			uint32_t w = (uint32_t)b[(size_t)r * dim + j] << 16;
-			float f;
-
-			memcpy(&f, &w, sizeof(f));
-			tmp[(size_t)r * dim + j] = v->cbase[j] + f;
-		}
+	widen(v->cb + (size_t)o * dim, v->cbase, n, dim, tmp);
 	return tmp;
 }
 
@@ -258,6 +281,34 @@ bf16_ready(const struct tq_ivf *cv, uint32_t dim)
 		pthread_mutex_unlock(&bf16_lock);
 	}
 	return v->bfc != NULL;
+}
+
+/*
+ * All of v's centroids in f32: v->cent, or the copy widened from the bf16
+ * form on the first call (v->wide, under bf16_lock), or NULL without the
+ * memory (then the rows are widened a block at a time: the same values).
+ */
+static const float *
+wide_ready(const struct tq_ivf *cv, uint32_t dim)
+{
+	struct tq_ivf *v = (struct tq_ivf *)(uintptr_t)cv;
+
+	if (v->cent != NULL)
+		return v->cent;
+	if (!__atomic_load_n(&v->widemade, __ATOMIC_ACQUIRE)) {
+		pthread_mutex_lock(&bf16_lock);
+		if (!v->widemade) {
+			float *w = tq_mallocarray(v->nlist, (size_t)dim *
+			    sizeof(*w));
+
+			if (w != NULL)
+				tq_ivf_rows(v, dim, 0, v->nlist, w);
+			v->wide = w;
+			__atomic_store_n(&v->widemade, 1, __ATOMIC_RELEASE);
+		}
+		pthread_mutex_unlock(&bf16_lock);
+	}
+	return v->wide;
 }
 
 /* The score of list o for row x given <x, c_o> and x's scale. */
@@ -487,9 +538,13 @@ single_filter(const struct tq_ivf *cv, uint32_t dim)
 
 	if (bk == NULL || cv->nlist < BF16_MIN_LISTS)
 		return NULL;
-	if (!__atomic_load_n(&v->bfmade, __ATOMIC_ACQUIRE) &&
-	    __atomic_add_fetch(&v->nsingle, 1, __ATOMIC_RELAXED) <=
-	    BF16_SINGLE_AFTER)
+	/*
+	 * Centroids in bf16 have no f32 copy for the fixed order to read
+	 * (wide_ready): the filter from the first row, which packs them.
+	 */
+	if (cv->cent != NULL && !__atomic_load_n(&v->bfmade,
+	    __ATOMIC_ACQUIRE) && __atomic_add_fetch(&v->nsingle, 1,
+	    __ATOMIC_RELAXED) <= BF16_SINGLE_AFTER)
 		return NULL;
 	return bf16_ready(cv, dim) ? bk : NULL;
 }
@@ -503,11 +558,14 @@ static void
 dot_lists(const struct tq_ivf *v, uint32_t dim, const float *x, size_t m,
     float *y, size_t ldy, int sgemm, float *tmp)
 {
-	uint32_t nb = v->cent != NULL ? v->nlist : WIDEN_LISTS;
+	/* Few rows: the f32 copy (wide_ready); many share each block. */
+	const float *all = sgemm ? v->cent : wide_ready(v, dim);
+	uint32_t nb = all != NULL ? v->nlist : WIDEN_LISTS;
 
 	for (uint32_t o = 0; o < v->nlist; o += nb) {
 		uint32_t b = v->nlist - o < nb ? v->nlist - o : nb;
-		const float *c = tq_ivf_rows(v, dim, o, b, tmp);
+		const float *c = all != NULL ? all + (size_t)o * dim :
+		    tq_ivf_rows(v, dim, o, b, tmp);
 
 		if (sgemm)
 			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans,
@@ -533,6 +591,7 @@ single_rows(const struct tq_ivf *v, uint32_t dim,
     float *tmp)
 {
 	struct bfbound bb;
+	const float *all;
 	double rn, dn;
 	uint32_t nc, t;
 
@@ -541,13 +600,20 @@ single_rows(const struct tq_ivf *v, uint32_t dim,
 	bf16_bound(v, dim, nx, rn, dn, inv, ip, &bb);
 	nc = bf16_candidates(v, s, inv, ip, &bb, (bb.ka * v->bfemax[0] +
 	    bb.kb * v->bfemax[1] + bb.kc) * (1.0 + 0x1p-30), h, cand);
+	/*
+	 * Where the filter leaves an eighth of the lists more than the p
+	 * asked for (values far from 0, whose bf16 rounding is large against
+	 * the differences between lists), the f32 copy instead of widening
+	 * each one.
+	 */
+	all = nc > h->k + v->nlist / 8 ? wide_ready(v, dim) : v->cent;
 	tq_topk_reset(h);
 	for (t = 0; t < nc; t++) {
 		uint32_t o = cand[t];
 		float dot;
 
-		tq_dot_rows(x, dim, 1, tq_ivf_rows(v, dim, o, 1, tmp), 1, dim,
-		    &dot, 1);
+		tq_dot_rows(x, dim, 1, all != NULL ? all + (size_t)o * dim :
+		    tq_ivf_rows(v, dim, o, 1, tmp), 1, dim, &dot, 1);
 		tq_topk_push(h, list_score(v, o, dot, inv, ip), o);
 	}
 }
@@ -581,6 +647,7 @@ nearest_rows(const struct tq_ivf *v, uint32_t dim, const float *x,
 		rb = n;
 	rb6 = (rb + TQ_BF16_ROWS - 1) / TQ_BF16_ROWS * TQ_BF16_ROWS;
 	float *s = NULL, *s1 = NULL, *tmp = NULL;
+	const float *all = v->cent;	/* f32 centroids, if any yet */
 	/* Per row: |x|; bf16 filter: |bf16(x)|, |x - bf16(x)|. */
 	double *nx = NULL, *rn, *dn;
 	struct tq_topk h;
@@ -710,13 +777,17 @@ nearest_rows(const struct tq_ivf *v, uint32_t dim, const float *x,
 				nc = scores_not_below(v, si, inv, ip, thr,
 				    cand);
 			}
+			/* As in single_rows: many lists left, the f32 copy. */
+			if (all == NULL && nc > p + nl / 8)
+				all = wide_ready(v, dim);
 			tq_topk_reset(&h);
 			for (t = 0; t < nc; t++) {
 				float dot;
 
 				o = cand[t];
-				tq_dot_rows(xi, dim, 1, tq_ivf_rows(v, dim, o,
-				    1, tmp), 1, dim, &dot, 1);
+				tq_dot_rows(xi, dim, 1, all != NULL ? all +
+				    (size_t)o * dim : tq_ivf_rows(v, dim, o, 1,
+				    tmp), 1, dim, &dot, 1);
 				tq_topk_push(&h, list_score(v, o, dot, inv, ip),
 				    o);
 			}

@@ -1230,15 +1230,16 @@ ivf_nearest_case(uint32_t dim, uint32_t nl)
 
 /*
  * Centroids in IVFC's bf16 form (tq_ivf_round; cent NULL, widened by
- * tq_ivf_rows) choose the same lists as the f32 values they stand for, on
- * every path: batches (sgemm and the bf16 filter), single rows in the
- * fixed order and through the filter after BF16_SINGLE_AFTER of them.
+ * tq_ivf_rows or copied by wide_ready) choose the same lists as the f32
+ * values they stand for, on every path: batches (sgemm and the bf16
+ * filter), single rows in the fixed order and through the filter, rows
+ * and centroids far from 0 (at), where the filter rules out nothing.
  * Each value moves from the f32 centroid by at most half a bf16 step of
  * its offset from the mean (2^-8 of it), and half an f32 step of the
  * offset and of the sum.
  */
 static void
-ivf_bf16_case(uint32_t dim, uint32_t nl)
+ivf_bf16_case(uint32_t dim, uint32_t nl, float at)
 {
 	const uint32_t n = 300, p = 5;
 	float *c = make_data(nl, dim), *c0 = make_data(nl, dim);
@@ -1250,9 +1251,11 @@ ivf_bf16_case(uint32_t dim, uint32_t nl)
 	struct tq_ivf v32, vb;
 	int bad = 0;
 
-	/* Far from 0: the offsets from the mean are what is rounded. */
+	/* Around at: away from 0, the offsets from the mean are rounded. */
 	for (uint32_t i = 0; i < nl * dim; i++)
-		c[i] = 40.0f + 3.0f * c[i];
+		c[i] = at + 3.0f * c[i];
+	for (uint32_t i = 0; i < n * dim; i++)
+		x[i] = at + 3.0f * x[i];
 	memcpy(c0, c, (size_t)nl * dim * sizeof(*c));
 	tq_ivf_round(c, nl, dim, base, cb);
 	for (uint32_t o = 0; o < nl; o++)
@@ -1285,6 +1288,15 @@ ivf_bf16_case(uint32_t dim, uint32_t nl)
 		    b + i * p, NULL, 0));
 	}
 	CHECK(memcmp(a, b, 70 * p * sizeof(*a)) == 0);
+	/*
+	 * Without an f32 copy to read, the filter from the first single row.
+	 * At 1e5 its bf16 rounding hides the differences between lists and
+	 * leaves them all: then the f32 copy is made, once.
+	 */
+	CHECK((vb.bfc != NULL) == (nl >= 64 && tq_bf16_single_kernel() !=
+	    NULL));
+	if (vb.bfc != NULL && (at == 0.0f || at >= 1e5f))
+		CHECK((vb.wide != NULL) == (at >= 1e5f));
 	for (int mode = 0; mode < 3; mode++) {
 		int norm = mode == 1, ip = mode == 2;
 
@@ -1640,8 +1652,9 @@ test_ivf_nearest(void)
 {
 	ivf_nearest_case(33, 37);
 	ivf_nearest_case(61, 150);
-	ivf_bf16_case(33, 37);
-	ivf_bf16_case(61, 150);
+	ivf_bf16_case(33, 37, 40.0f);
+	ivf_bf16_case(61, 150, 0.0f);
+	ivf_bf16_case(61, 150, 1e5f);
 	test_ivf_bf16_file();
 }
 
