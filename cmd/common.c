@@ -233,6 +233,20 @@ warnmsg(const char *fmt, ...)
 	va_end(ap);
 }
 
+void
+warn_offset(const struct tq_quantizer *q, const char *name)
+{
+	static int said;
+	double o = tq_quantizer_offset(q);
+
+	if (said || !(o > TQ_OFFSET_WARN))
+		return;
+	said = 1;
+	warnmsg("warning: %s: the rows lie %.0f times farther from the "
+	    "origin than from their mean, so their codes rank them poorly "
+	    "(tq-fit(1), CAVEATS)", name, o);
+}
+
 const char *
 status_detail(enum tq_status st)
 {

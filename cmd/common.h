@@ -42,6 +42,8 @@ NORETURN void die(const char *fmt, ...) PRINTFLIKE(1, 2);
 NORETURN void die_errno(const char *fmt, ...) PRINTFLIKE(1, 2);
 /* "PROG: msg" without exiting (warnx). */
 void warnmsg(const char *fmt, ...) PRINTFLIKE(1, 2);
+/* The warning of rows far from the origin (tq_quantizer_offset), once. */
+void warn_offset(const struct tq_quantizer *q, const char *name);
 /*
  * A library failure: "PROG: FILE: DETAIL" (or "PROG: DETAIL" when file is
  * NULL), DETAIL being tq_errdetail(), else strerror(errno) for TQ_ERR_IO,

@@ -426,6 +426,7 @@ struct tq_quantizer {
 	int borrowed;			/* rot/centre point into a mapping */
 	struct tq_ivf ivf;
 	float *ivfmem;			/* owned centroids, or NULL */
+	double offset;			/* tq_quantizer_offset */
 	void *ivfbmem;			/* owns ivf.cbase, ivf.cb, or NULL */
 };
 

@@ -94,6 +94,12 @@ tq_quantizer_free(struct tq_quantizer *q)
 	free(q);
 }
 
+double
+tq_quantizer_offset(const struct tq_quantizer *q)
+{
+	return q->offset;
+}
+
 uint32_t
 tq_quantizer_dim(const struct tq_quantizer *q)
 {
@@ -218,23 +224,26 @@ reservoir_add(struct reservoir *rs, const float *x, uint32_t dim,
 
 /*
  * One pass over the data: the mean of the (for cosine, normalised) rows,
- * in double, and the k-means sample.  *seen receives the rows read.
+ * in double, and the k-means sample.  *seen receives the rows read,
+ * *offset the mean's norm over the rows' RMS distance from it
+ * (tq_quantizer_offset).
  */
 static enum tq_status
 data_pass(struct tq_reader *r, uint32_t dim, enum tq_metric metric,
     const struct tq_fit_params *p, float *centre, struct reservoir *rs,
-    uint64_t *nseen)
+    uint64_t *nseen, double *offset)
 {
 	uint64_t sample = p->sample;
 	int64_t count = tq_reader_count(r);
 	uint64_t total = count < 0 ? 0 : sample != 0 &&
 	    (uint64_t)count > sample ? sample : (uint64_t)count;
-	double *sum;
+	double *sum, sq = 0.0, c2 = 0.0, v;
 	float *buf;
 	uint64_t seen = 0;
 	size_t got, i, j;
 	enum tq_status st = TQ_OK;
 
+	*offset = 0.0;
 	sum = tq_callocarray(dim, sizeof(double));
 	buf = tq_mallocarray((size_t)FIT_CHUNK * dim, sizeof(float));
 	if (sum == NULL || buf == NULL) {
@@ -262,8 +271,10 @@ data_pass(struct tq_reader *r, uint32_t dim, enum tq_metric metric,
 					nn += (double)x[j] * x[j];
 				scale = nn > 0 ? 1 / sqrt(nn) : 0;
 			}
-			for (j = 0; j < dim; j++)
+			for (j = 0; j < dim; j++) {
 				sum[j] += scale * x[j];
+				sq += scale * x[j] * scale * x[j];
+			}
 			if (rs->cap > 0) {
 				if (metric == TQ_METRIC_COSINE)
 					(void)tq_normalise(x, dim, x);
@@ -279,9 +290,16 @@ data_pass(struct tq_reader *r, uint32_t dim, enum tq_metric metric,
 	*nseen = seen;
 	if (st == TQ_OK && seen == 0)
 		st = tq_fail(TQ_ERR_EMPTY, "fit: the data holds no vectors");
-	if (st == TQ_OK)
-		for (j = 0; j < dim; j++)
+	if (st == TQ_OK) {
+		for (j = 0; j < dim; j++) {
 			centre[j] = (float)(sum[j] / (double)seen);
+			c2 += (sum[j] / (double)seen) * (sum[j] / (double)seen);
+		}
+		/* E|x - m|^2 = E|x|^2 - |m|^2; rows all alike: 0. */
+		v = sq / (double)seen - c2;
+		if (v > 1e-12 * c2 && v > 0.0)
+			*offset = sqrt(c2 / v);
+	}
 	free(sum);
 	free(buf);
 	return st;
@@ -457,7 +475,7 @@ tq_quantizer_fit(const struct tq_fit_params *p, struct tq_reader *data,
 	}
 	q->rcentre = q->centre + dim;
 	if (data != NULL && (st = data_pass(data, dim, p->metric, p,
-	    q->centre, &rs, &seen)) != TQ_OK)
+	    q->centre, &rs, &seen, &q->offset)) != TQ_OK)
 		goto fail;
 	if (data != NULL && p->no_centre)
 		memset(q->centre, 0, dim * sizeof(float));

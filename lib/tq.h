@@ -442,6 +442,19 @@ int tq_quantizer_centred(const struct tq_quantizer *q);
 int tq_quantizer_residual(const struct tq_quantizer *q);
 /* Number of coarse lists, 0 for none. */
 uint32_t tq_quantizer_lists(const struct tq_quantizer *q);
+/*
+ * For a quantizer just fitted from data: the norm of the rows' mean over
+ * their RMS distance from it (for cosine, of the normalised rows); 0 if
+ * it was loaded, fitted without data, or the rows are all alike.  The
+ * query tables of a search are built from the query itself, not from its
+ * offset from the centre, so where the rows lie far from the origin
+ * against their spread the tables' rounding swamps the differences
+ * between rows: on Fashion-MNIST shifted by a constant, recall@10 at 2
+ * bits with oversample 2 was 0.99 at 5, 0.87 at 14 and 0.38 at 41.
+ * Programs warn above TQ_OFFSET_WARN.
+ */
+double tq_quantizer_offset(const struct tq_quantizer *q);
+#define TQ_OFFSET_WARN 8.0
 /* Bytes of one vector's packed codes in a code stream: ceil(dim*bits/8). */
 size_t tq_code_bytes(const struct tq_quantizer *q);
 

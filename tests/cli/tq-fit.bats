@@ -236,3 +236,29 @@ EOF
 	cmp a.tq saved.tq
 	assert_only_files . a.tq saved.tq c.bin
 }
+
+@test "rows far from the origin against their spread: one warning, the file written" {
+	local w="the rows lie 100 times farther from the origin than from their mean, so their codes rank them poorly (tq-fit(1), CAVEATS)"
+	# N(0, 1) in 16 dimensions about (100, ..., 100): |mean| 400, spread 4.
+	mkfix far.bin 16 400 3 --offset 100
+	mkfix near.bin 16 400 3 --offset 1
+	run --separate-stderr "$TQ_BIN/tq-fit" -i far.bin -o far.tq
+	assert_status 0
+	assert_equal "$stderr" "tq-fit: warning: far.bin: $w"
+	"$TQ_BIN/tq-inspect" far.tq >/dev/null
+	run --separate-stderr "$TQ_BIN/tq-fit" -i near.bin -o near.tq
+	assert_status 0
+	assert_equal "$stderr" ""
+	# Fitted by tq-build and tq-recall: the same, once for two widths.
+	run --separate-stderr "$TQ_BIN/tq-build" -o far.tqi far.bin
+	assert_status 0
+	assert_equal "$stderr" "tq-build: warning: far.bin: $w"
+	run --separate-stderr "$TQ_BIN/tq-recall" --corpus far.bin \
+	    --queries near.bin -k 5 -b 4,2
+	assert_status 0
+	assert_equal "$stderr" "tq-recall: warning: far.bin: $w"
+	# A quantizer read from a file says nothing.
+	run --separate-stderr "$TQ_BIN/tq-build" -q far.tq -o far2.tqi far.bin
+	assert_status 0
+	assert_equal "$stderr" ""
+}

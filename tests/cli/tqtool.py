@@ -5,8 +5,10 @@ Vector files are written and read here independently of libtq, so the
 tests compare the programs against a second implementation:
 
   gen OUT DIM N SEED [--clusters C] [--spread S] [--nan ROW] [--scale X]
+                    [--offset Y]
                           fixture (u32 dim, u32 n, n*dim f32), gaussian or
-                          clustered; --nan puts a NaN at row ROW, column 0
+                          clustered; --nan puts a NaN at row ROW, column 0,
+                          --offset adds Y to every value
   rows IN OUT I,J,...     copy rows of a fixture into a new fixture
   head IN OUT N           the first N rows of a fixture
   perturb IN OUT SEED EPS copy of a fixture with small gaussian noise added
@@ -81,7 +83,8 @@ def write_ivecs(path, rows):
 
 def gen(args):
     out, dim, n, seed = args[0], int(args[1]), int(args[2]), int(args[3])
-    opts = {"--clusters": "0", "--spread": "0.3", "--nan": "-1", "--scale": "1"}
+    opts = {"--clusters": "0", "--spread": "0.3", "--nan": "-1", "--scale": "1",
+            "--offset": "0"}
     rest = args[4:]
     while rest:
         if rest[0] not in opts or len(rest) < 2:
@@ -91,6 +94,7 @@ def gen(args):
     rng = random.Random(seed)
     nclus, spread = int(opts["--clusters"]), float(opts["--spread"])
     nanrow, scale = int(opts["--nan"]), float(opts["--scale"])
+    offset = float(opts["--offset"])
     centres = [[rng.gauss(0, 1) for _ in range(dim)] for _ in range(nclus)]
     rows = []
     for i in range(n):
@@ -99,6 +103,7 @@ def gen(args):
             r = [scale * (c[j] + spread * rng.gauss(0, 1)) for j in range(dim)]
         else:
             r = [scale * rng.gauss(0, 1) for _ in range(dim)]
+        r = [v + offset for v in r]
         if i == nanrow:
             r[0] = float("nan")
         rows.append(r)
