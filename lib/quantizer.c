@@ -529,38 +529,33 @@ sink_end(struct sink *s)
 	return s->fw ? tq_fw_end(s->fw) : TQ_OK;
 }
 
-/* Writes n floats as little-endian f32 through a bounce buffer. */
+/*
+ * Writes n values little-endian through a bounce buffer: f32 (w 4) or
+ * u16 (w 2).
+ */
 static enum tq_status
-sink_floats(struct sink *s, const float *v, size_t n)
+sink_le(struct sink *s, const void *v, size_t n, size_t w)
 {
 	uint8_t buf[4096];
 	size_t i, k;
 
 	for (i = 0; i < n; i += k) {
-		k = n - i < sizeof(buf) / 4 ? n - i : sizeof(buf) / 4;
+		k = n - i < sizeof(buf) / w ? n - i : sizeof(buf) / w;
 		for (size_t j = 0; j < k; j++)
-			wr_lef32(buf + 4 * j, v[i + j]);
-		TQ_TRY(sink_write(s, buf, 4 * k));
+			if (w == 4)
+				wr_lef32(buf + 4 * j, ((const float *)v)[i + j]);
+			else
+				wr_le16(buf + 2 * j,
+				    ((const uint16_t *)v)[i + j]);
+		TQ_TRY(sink_write(s, buf, w * k));
 	}
 	return TQ_OK;
 }
 
-/* Writes n u16 as little-endian through a bounce buffer. */
 static enum tq_status
-sink_u16s(struct sink *s, const uint16_t *v, size_t n)
+sink_floats(struct sink *s, const float *v, size_t n)
 {
-	uint8_t buf[4096];
-	size_t i, k;
-
-	for (i = 0; i < n; i += k) {
-		k = n - i < sizeof(buf) / 2 ? n - i : sizeof(buf) / 2;
-		for (size_t j = 0; j < k; j++) {
-			buf[2 * j] = (uint8_t)v[i + j];
-			buf[2 * j + 1] = (uint8_t)(v[i + j] >> 8);
-		}
-		TQ_TRY(sink_write(s, buf, 2 * k));
-	}
-	return TQ_OK;
+	return sink_le(s, v, n, 4);
 }
 
 static enum tq_status
@@ -608,8 +603,8 @@ serialize(const struct tq_quantizer *q, struct sink *s)
 		TQ_TRY(sink_write(s, hdr, sizeof(hdr)));
 		if (q->ivf.cb != NULL) {
 			TQ_TRY(sink_floats(s, q->ivf.cbase, q->dim));
-			TQ_TRY(sink_u16s(s, q->ivf.cb,
-			    (size_t)q->ivf.nlist * q->dim));
+			TQ_TRY(sink_le(s, q->ivf.cb,
+			    (size_t)q->ivf.nlist * q->dim, 2));
 		} else {
 			TQ_TRY(sink_floats(s, q->ivf.cent,
 			    (size_t)q->ivf.nlist * q->dim));
