@@ -29,7 +29,8 @@
  * their mean (tq_ivf_round): the values every program uses are those the
  * offsets stand for, so nothing changes but the bytes, half those of f32,
  * and a search widens the rows it scores a block at a time
- * (tq_ivf_rows) instead of keeping an f32 copy.
+ * (tq_ivf_rows) instead of keeping an f32 copy, unless its filter rules
+ * out too few lists for that to pay (wide_ready).
  */
 #include <cblas.h>
 #include <math.h>
