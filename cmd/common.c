@@ -234,7 +234,7 @@ warnmsg(const char *fmt, ...)
 }
 
 void
-warn_offset(const struct tq_quantizer *q, const char *name)
+warn_offset(const struct tq_quantizer *q, const char *path)
 {
 	static int said;
 	double o = tq_quantizer_offset(q);
@@ -244,7 +244,7 @@ warn_offset(const struct tq_quantizer *q, const char *name)
 	said = 1;
 	warnmsg("warning: %s: the rows lie %.0f times farther from the "
 	    "origin than from their mean, so their codes rank them poorly "
-	    "(tq-fit(1), CAVEATS)", name, o);
+	    "(tq-fit(1), CAVEATS)", in_name(path), o);
 }
 
 const char *

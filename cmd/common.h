@@ -42,8 +42,12 @@ NORETURN void die(const char *fmt, ...) PRINTFLIKE(1, 2);
 NORETURN void die_errno(const char *fmt, ...) PRINTFLIKE(1, 2);
 /* "PROG: msg" without exiting (warnx). */
 void warnmsg(const char *fmt, ...) PRINTFLIKE(1, 2);
-/* The warning of rows far from the origin (tq_quantizer_offset), once. */
-void warn_offset(const struct tq_quantizer *q, const char *name);
+/*
+ * The warning of rows far from the origin (tq_quantizer_offset) about the
+ * corpus at path, once a process; nothing for a quantizer fitted without
+ * data (offset 0, path may be NULL).
+ */
+void warn_offset(const struct tq_quantizer *q, const char *path);
 /*
  * A library failure: "PROG: FILE: DETAIL" (or "PROG: DETAIL" when file is
  * NULL), DETAIL being tq_errdetail(), else strerror(errno) for TQ_ERR_IO,

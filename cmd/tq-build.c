@@ -459,8 +459,7 @@ fit(struct tq_fit_params *p, const char *corpus, const char *dataset,
 	if ((st = tq_quantizer_fit(p, data, &q)) != TQ_OK)
 		die_status(st, in_name(corpus));
 	progress_done();
-	if (data != NULL)
-		warn_offset(q, in_name(corpus));
+	warn_offset(q, corpus);
 	tq_reader_close(data);
 	return q;
 }

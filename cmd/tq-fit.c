@@ -167,8 +167,7 @@ main(int argc, char *argv[])
 	if (st != TQ_OK)
 		die_status(st, r != NULL ? in_name(corpus) : NULL);
 	progress_done();
-	if (r != NULL)
-		warn_offset(q, in_name(corpus));
+	warn_offset(q, corpus);
 	tq_reader_close(r);
 	if ((st = tq_quantizer_save(q, out)) != TQ_OK)
 		die_status(st, out);

@@ -726,8 +726,7 @@ build_index(const struct opts *o, const char *corpus, enum tq_metric metric,
 	fp.seed = o->seed;
 	if ((st = tq_quantizer_fit(&fp, data, &qz)) != TQ_OK)
 		die_status(st, corpus);
-	if (data != NULL)
-		warn_offset(qz, corpus);
+	warn_offset(qz, corpus);
 	tq_reader_close(data);
 	tq_build_params_default(&bp);
 	bp.originals = TQ_ORIG_F32;

@@ -262,53 +262,56 @@ tq_ivf_round(float *c, size_t n, uint32_t dim, float *base, uint16_t *cb)
 static pthread_mutex_t bf16_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /*
- * Whether v has the bf16 filter's centroids, packing them on the first
- * call: a cache of v's own values, hence made through a const pointer,
- * once, under a lock (rows may be chosen on several threads at once).
- * About 5 ms at 3162 lists of 768, which a process that searches a few
- * queries one by one does not pay.
+ * Makes one of v's caches of its own values (make sets it, or leaves it
+ * NULL without the memory) on the first call, hence through a const
+ * pointer, once, under a lock: rows may be chosen on several threads at
+ * once.  *made is 1 once tried.
  */
-static int
-bf16_ready(const struct tq_ivf *cv, uint32_t dim)
+static void
+cache_once(const struct tq_ivf *cv, uint32_t dim, int *made,
+    void (*make)(struct tq_ivf *, uint32_t))
 {
-	struct tq_ivf *v = (struct tq_ivf *)(uintptr_t)cv;
-
-	if (!__atomic_load_n(&v->bfmade, __ATOMIC_ACQUIRE)) {
+	if (!__atomic_load_n(made, __ATOMIC_ACQUIRE)) {
 		pthread_mutex_lock(&bf16_lock);
-		if (!v->bfmade) {
-			bf16_pack(v, dim);
-			__atomic_store_n(&v->bfmade, 1, __ATOMIC_RELEASE);
+		if (!*made) {
+			make((struct tq_ivf *)(uintptr_t)cv, dim);
+			__atomic_store_n(made, 1, __ATOMIC_RELEASE);
 		}
 		pthread_mutex_unlock(&bf16_lock);
 	}
+}
+
+/*
+ * Whether v has the bf16 filter's centroids, packing them on the first
+ * call (cache_once).  About 5 ms at 3162 lists of 768, which a process
+ * that searches a few queries one by one does not pay.
+ */
+static int
+bf16_ready(const struct tq_ivf *v, uint32_t dim)
+{
+	cache_once(v, dim, (int *)(uintptr_t)&v->bfmade, bf16_pack);
 	return v->bfc != NULL;
+}
+
+static void
+wide_make(struct tq_ivf *v, uint32_t dim)
+{
+	if ((v->wide = tq_mallocarray(v->nlist, (size_t)dim *
+	    sizeof(*v->wide))) != NULL)
+		tq_ivf_rows(v, dim, 0, v->nlist, v->wide);
 }
 
 /*
  * All of v's centroids in f32: v->cent, or the copy widened from the bf16
- * form on the first call (v->wide, under bf16_lock), or NULL without the
- * memory (then the rows are widened a block at a time: the same values).
+ * form on the first call (v->wide, cache_once), or NULL without the
+ * memory (then the rows are widened one at a time: the same values).
  */
 static const float *
-wide_ready(const struct tq_ivf *cv, uint32_t dim)
+wide_ready(const struct tq_ivf *v, uint32_t dim)
 {
-	struct tq_ivf *v = (struct tq_ivf *)(uintptr_t)cv;
-
 	if (v->cent != NULL)
 		return v->cent;
-	if (!__atomic_load_n(&v->widemade, __ATOMIC_ACQUIRE)) {
-		pthread_mutex_lock(&bf16_lock);
-		if (!v->widemade) {
-			float *w = tq_mallocarray(v->nlist, (size_t)dim *
-			    sizeof(*w));
-
-			if (w != NULL)
-				tq_ivf_rows(v, dim, 0, v->nlist, w);
-			v->wide = w;
-			__atomic_store_n(&v->widemade, 1, __ATOMIC_RELEASE);
-		}
-		pthread_mutex_unlock(&bf16_lock);
-	}
+	cache_once(v, dim, (int *)(uintptr_t)&v->widemade, wide_make);
 	return v->wide;
 }
 
@@ -318,6 +321,33 @@ list_score(const struct tq_ivf *v, uint32_t o, float dot, float inv, int ip)
 {
 	dot *= inv;
 	return ip ? dot : 2.0f * dot - v->n2[o];
+}
+
+/*
+ * The nc lists cand of row x (scale inv) scored in the fixed order into h
+ * (reset first), which keeps the best h->k.  Where a filter left an eighth
+ * of the lists more than those (values far from 0, whose bf16 rounding
+ * is large against the differences between lists), from the f32 copy of
+ * bf16 centroids (wide_ready) instead of widening each row into tmp (dim
+ * floats).
+ */
+static void
+rescore(const struct tq_ivf *v, uint32_t dim, const float *x, float inv,
+    int ip, const uint32_t *cand, uint32_t nc, struct tq_topk *h,
+    float *tmp)
+{
+	const float *all = nc > h->k + v->nlist / 8 ? wide_ready(v, dim) :
+	    v->cent;
+
+	tq_topk_reset(h);
+	for (uint32_t t = 0; t < nc; t++) {
+		uint32_t o = cand[t];
+		float dot;
+
+		tq_dot_rows(x, dim, 1, all != NULL ? all + (size_t)o * dim :
+		    tq_ivf_rows(v, dim, o, 1, tmp), 1, dim, &dot, 1);
+		tq_topk_push(h, list_score(v, o, dot, inv, ip), o);
+	}
 }
 
 /*
@@ -592,31 +622,15 @@ single_rows(const struct tq_ivf *v, uint32_t dim,
     float *tmp)
 {
 	struct bfbound bb;
-	const float *all;
 	double rn, dn;
-	uint32_t nc, t;
+	uint32_t nc;
 
 	bk->row(x, dim, xb, &rn, &dn);
 	bk->gemv(xb, v->bfc, v->bfnl, (dim + 1) / 2, s);
 	bf16_bound(v, dim, nx, rn, dn, inv, ip, &bb);
 	nc = bf16_candidates(v, s, inv, ip, &bb, (bb.ka * v->bfemax[0] +
 	    bb.kb * v->bfemax[1] + bb.kc) * (1.0 + 0x1p-30), h, cand);
-	/*
-	 * Where the filter leaves an eighth of the lists more than the p
-	 * asked for (values far from 0, whose bf16 rounding is large against
-	 * the differences between lists), the f32 copy instead of widening
-	 * each one.
-	 */
-	all = nc > h->k + v->nlist / 8 ? wide_ready(v, dim) : v->cent;
-	tq_topk_reset(h);
-	for (t = 0; t < nc; t++) {
-		uint32_t o = cand[t];
-		float dot;
-
-		tq_dot_rows(x, dim, 1, all != NULL ? all + (size_t)o * dim :
-		    tq_ivf_rows(v, dim, o, 1, tmp), 1, dim, &dot, 1);
-		tq_topk_push(h, list_score(v, o, dot, inv, ip), o);
-	}
+	rescore(v, dim, x, inv, ip, cand, nc, h, tmp);
 }
 
 static enum tq_status
@@ -648,7 +662,6 @@ nearest_rows(const struct tq_ivf *v, uint32_t dim, const float *x,
 		rb = n;
 	rb6 = (rb + TQ_BF16_ROWS - 1) / TQ_BF16_ROWS * TQ_BF16_ROWS;
 	float *s = NULL, *s1 = NULL, *tmp = NULL;
-	const float *all = v->cent;	/* f32 centroids, if any yet */
 	/* Per row: |x|; bf16 filter: |bf16(x)|, |x - bf16(x)|. */
 	double *nx = NULL, *rn, *dn;
 	struct tq_topk h;
@@ -778,20 +791,7 @@ nearest_rows(const struct tq_ivf *v, uint32_t dim, const float *x,
 				nc = scores_not_below(v, si, inv, ip, thr,
 				    cand);
 			}
-			/* As in single_rows: many lists left, the f32 copy. */
-			if (all == NULL && nc > p + nl / 8)
-				all = wide_ready(v, dim);
-			tq_topk_reset(&h);
-			for (t = 0; t < nc; t++) {
-				float dot;
-
-				o = cand[t];
-				tq_dot_rows(xi, dim, 1, all != NULL ? all +
-				    (size_t)o * dim : tq_ivf_rows(v, dim, o, 1,
-				    tmp), 1, dim, &dot, 1);
-				tq_topk_push(&h, list_score(v, o, dot, inv, ip),
-				    o);
-			}
+			rescore(v, dim, xi, inv, ip, cand, nc, &h, tmp);
 ranked:
 			tq_topk_sort(&h);
 			for (t = 0; t < p; t++) {

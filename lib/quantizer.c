@@ -272,8 +272,10 @@ data_pass(struct tq_reader *r, uint32_t dim, enum tq_metric metric,
 				scale = nn > 0 ? 1 / sqrt(nn) : 0;
 			}
 			for (j = 0; j < dim; j++) {
-				sum[j] += scale * x[j];
-				sq += scale * x[j] * scale * x[j];
+				double y = scale * x[j];
+
+				sum[j] += y;
+				sq += y * y;
 			}
 			if (rs->cap > 0) {
 				if (metric == TQ_METRIC_COSINE)
@@ -752,7 +754,8 @@ parse_cbok(const uint8_t *p, uint64_t len, struct tq_quantizer *q)
  * IVFC in bf16 (encoding 1) at p, L lists: the mean, then the offsets,
  * every value they stand for finite.  Borrowed where the map allows;
  * residual codes read their lists' centroids row by row (tq_row_centre),
- * so they get the f32 values as well.
+ * so they get the f32 values as well (ivfmem, checked there); others are
+ * widened a row at a time to be checked.
  */
 static enum tq_status
 load_ivfc_bf16(const uint8_t *p, uint32_t nl, struct tq_quantizer *q,
@@ -760,8 +763,9 @@ load_ivfc_bf16(const uint8_t *p, uint32_t nl, struct tq_quantizer *q,
 {
 	size_t cnt = (size_t)nl * q->dim, i;
 	const uint8_t *ob = p + 4 * (size_t)q->dim;
-	float *base;
+	float *base, *c;
 	uint16_t *cb;
+	int resid;
 
 	for (i = 0; i < q->dim; i++)
 		if (!isfinite(rd_lef32(p + 4 * i)))
@@ -784,26 +788,25 @@ load_ivfc_bf16(const uint8_t *p, uint32_t nl, struct tq_quantizer *q,
 		q->ivf.cb = cb;
 	}
 	q->ivf.nlist = nl;
-	if ((q->ivfmem = tq_mallocarray(q->flags & TQ_QFLAG_RESIDUAL ? cnt :
-	    q->dim, sizeof(float))) == NULL)
+	resid = (q->flags & TQ_QFLAG_RESIDUAL) != 0;
+	if ((c = tq_mallocarray(resid ? cnt : q->dim, sizeof(float))) == NULL)
 		return tq_fail(TQ_ERR_NOMEM, "out of memory");
 	for (uint32_t o = 0; o < nl; o++) {
-		float *c = q->ivfmem + (q->flags & TQ_QFLAG_RESIDUAL ?
-		    (size_t)o * q->dim : 0);
+		float *r = c + (resid ? (size_t)o * q->dim : 0);
 
-		tq_ivf_rows(&q->ivf, q->dim, o, 1, c);
+		tq_ivf_rows(&q->ivf, q->dim, o, 1, r);
 		for (i = 0; i < q->dim; i++)
-			if (!isfinite(c[i]))
+			if (!isfinite(r[i])) {
+				free(c);
 				return tq_fail(TQ_ERR_FORMAT, "section IVFC: "
 				    "value %zu is NaN or infinite",
 				    (size_t)o * q->dim + i);
+			}
 	}
-	if (q->flags & TQ_QFLAG_RESIDUAL) {
-		q->ivf.cent = q->ivfmem;
-	} else {
-		free(q->ivfmem);
-		q->ivfmem = NULL;
-	}
+	if (resid)
+		q->ivf.cent = q->ivfmem = c;
+	else
+		free(c);
 	return tq_ivf_prepare(&q->ivf, q->dim);
 }
 
