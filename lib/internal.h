@@ -396,6 +396,14 @@ struct tq_ivf {
 	double *bfe;			/* per list: |c - bf16(c)|, |c| */
 	double bfemax[2];		/* the largest of each */
 	int bfmade;
+	/*
+	 * With cb: per list |e| (its bf16 offset) and |c|, each rounded up,
+	 * the largest of each, and |cbase|: the bound of the one-row filter
+	 * that reads cb where it lies (ivf.c single_rows).  NULL without.
+	 */
+	double *cbn;
+	double cbnmax[2];
+	double basen;
 	uint64_t nsingle;		/* single rows scored (ivf.c) */
 };
 
@@ -1215,7 +1223,10 @@ tq_dot_fn tq_dot_kernel(void);
  * lanes, in an order that is not the fixed one: the filter's bound covers
  * any).  m must be a multiple of TQ_BF16_ROWS and nl of TQ_BF16_LISTS.
  * gemv: the same for one row, s[o] = <x, c_o> (another order of the sum,
- * also any); nl a multiple of TQ_BF16_LISTS.
+ * also any); nl a multiple of TQ_BF16_LISTS.  gemv_rows: one row against
+ * nl rows of dim bf16 stored one after another (c, any alignment; IVFC's
+ * offsets as mapped), s[o] = <x, c_o> in any order, for s[0 .. nl - 1]
+ * only.
  */
 #define TQ_BF16_ROWS 6
 #define TQ_BF16_LISTS 64
@@ -1228,6 +1239,8 @@ struct tq_bf16_kernel {
 	    uint32_t nl, uint32_t k2, float *s, size_t lds);
 	void (*gemv)(const uint32_t *x, const void *cent, uint32_t nl,
 	    uint32_t k2, float *s);
+	void (*gemv_rows)(const uint32_t *x, const uint16_t *c, uint32_t nl,
+	    uint32_t dim, float *s);
 	/* What tq-inspect --cpu calls its many-row filter (list-filter). */
 	const char *name;
 };
@@ -1239,11 +1252,15 @@ void tq_bf16_gemm_amx(const uint32_t *x, size_t m, const void *cent,
     uint32_t nl, uint32_t k2, float *s, size_t lds);
 void tq_bf16_gemv_avx512(const uint32_t *x, const void *cent, uint32_t nl,
     uint32_t k2, float *s);
+void tq_bf16_gemv_rows_avx512(const uint32_t *x, const uint16_t *c,
+    uint32_t nl, uint32_t dim, float *s);
 /* The same row and one-row products without AVX512_BF16 (near_fma.c). */
 void tq_bf16_row_avx2(const float *x, uint32_t dim, uint32_t *out,
     double *rn, double *dn);
 void tq_bf16_gemv_avx2(const uint32_t *x, const void *cent, uint32_t nl,
     uint32_t k2, float *s);
+void tq_bf16_gemv_rows_avx2(const uint32_t *x, const uint16_t *c,
+    uint32_t nl, uint32_t dim, float *s);
 /*
  * Puts a row's k2 words (row NULL: zeros) as list o of gemm's blocks of
  * 16 lists (word k at block o / 16, vector k, lane o % 16).

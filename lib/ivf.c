@@ -30,7 +30,10 @@
  * offsets stand for, so nothing changes but the bytes, half those of f32,
  * and a search widens the rows it scores a block at a time
  * (tq_ivf_rows) instead of keeping an f32 copy, unless its filter rules
- * out too few lists for that to pay (wide_ready).
+ * out too few lists for that to pay (wide_ready).  A single query's
+ * filter reads the offsets where the file maps them (single_rows): no
+ * copy of its own, and as they are exact in bf16 only the query's
+ * rounding widens its bound, which leaves fewer lists to re-check.
  */
 #include <cblas.h>
 #include <math.h>
@@ -70,6 +73,16 @@ bf16_release(struct tq_ivf *v)
 	v->bfnl = 0;
 	v->bfemax[0] = v->bfemax[1] = 0.0;
 	v->bfmade = 0;
+}
+
+static inline float
+bf16_float(uint16_t h)
+{
+	uint32_t w = (uint32_t)h << 16;
+	float f;
+
+	memcpy(&f, &w, sizeof(f));
+	return f;
 }
 
 /*
@@ -153,6 +166,9 @@ tq_ivf_release(struct tq_ivf *v)
 	free(v->wide);
 	v->wide = NULL;
 	v->widemade = 0;
+	free(v->cbn);
+	v->cbn = NULL;
+	v->cbnmax[0] = v->cbnmax[1] = v->basen = 0.0;
 	bf16_release(v);
 	v->nsingle = 0;
 }
@@ -165,8 +181,10 @@ tq_ivf_prepare(struct tq_ivf *v, uint32_t dim)
 
 	tq_ivf_release(v);
 	if ((v->n2 = tq_mallocarray(v->nlist, sizeof(float))) == NULL ||
-	    (v->cent == NULL && (tmp = tq_mallocarray(dim,
-	    sizeof(*tmp))) == NULL)) {
+	    (v->cent == NULL && ((tmp = tq_mallocarray(dim,
+	    sizeof(*tmp))) == NULL || (v->cbn = tq_mallocarray(v->nlist,
+	    2 * sizeof(*v->cbn))) == NULL))) {
+		free(tmp);
 		tq_ivf_release(v);
 		return tq_fail(TQ_ERR_NOMEM, "lists: out of memory");
 	}
@@ -181,6 +199,29 @@ tq_ivf_prepare(struct tq_ivf *v, uint32_t dim)
 			mx = s;
 		if (v->n2[o] > m2)
 			m2 = v->n2[o];
+		if (v->cbn != NULL) {
+			const uint16_t *e = v->cb + (size_t)o * dim;
+			double se = 0.0;
+
+			for (uint32_t d = 0; d < dim; d++) {
+				double f = (double)bf16_float(e[d]);
+
+				se += f * f;
+			}
+			/* Rounded up: the sums in double are within 2^-40. */
+			v->cbn[2 * o] = sqrt(se) * (1.0 + 0x1p-40);
+			v->cbn[2 * o + 1] = sqrt(s) * (1.0 + 0x1p-40);
+			for (int t = 0; t < 2; t++)
+				if (v->cbn[2 * o + t] > v->cbnmax[t])
+					v->cbnmax[t] = v->cbn[2 * o + t];
+		}
+	}
+	if (v->cbn != NULL) {
+		double sb = 0.0;
+
+		for (uint32_t d = 0; d < dim; d++)
+			sb += (double)v->cbase[d] * (double)v->cbase[d];
+		v->basen = sqrt(sb) * (1.0 + 0x1p-40);
 	}
 	free(tmp);
 	v->cmax = sqrt(mx);
@@ -403,16 +444,18 @@ row_norms(const float *x, size_t m, uint32_t dim, double *out)
  * and kc a row's (bf16_bound) and the two norms a list's (v->bfe).  If L
  * is the largest of score - E_o, the best list has a fixed-order score of
  * at least L, so a filter score of at least L - E_o: the others cannot be
- * it (bf16_candidates).
+ * it (bf16_candidates).  single_rows has the bound of the filter that
+ * reads bf16 centroids where they lie (bf16_bound_offsets).
  */
 struct bfbound {
 	double ka, kb, kc;
 };
 
+/* E_o from a list's two norms en[2 o], en[2 o + 1] (v->bfe or v->cbn). */
 static inline double
-bf16_err(const struct tq_ivf *v, const struct bfbound *b, uint32_t o)
+bf16_err(const double *en, const struct bfbound *b, uint32_t o)
 {
-	return b->ka * v->bfe[2 * o] + b->kb * v->bfe[2 * o + 1] + b->kc;
+	return b->ka * en[2 * o] + b->kb * en[2 * o + 1] + b->kc;
 }
 
 static void
@@ -427,6 +470,39 @@ bf16_bound(const struct tq_ivf *v, uint32_t dim, double nx, double rn,
 	b->ka = sc * rn * (1.0 + gb);
 	b->kb = sc * (dn + gb * rn + gamma * nx);
 	b->kc = sc * 0x1p-120 * (double)dim + 8.0 * u * (2.0 * nx *
+	    (double)inv * v->cmax + v->n2max);
+}
+
+/*
+ * The bound of the one-row filter of bf16 centroids (IVFC encoding 1),
+ * which reads their offsets e_o where they lie: it scores list o as
+ * S_o = fl(xm + G_o), where xm is <x, m> (m = cbase) summed in double and
+ * rounded to float, and G_o is <x~, e_o> as the kernel sums it.  The
+ * fixed-order score is that of <x, c_o>, c_o = fl(m + e_o), so
+ *   <x, c_o> - (xm + <x~, e_o>) = (<x, m> - xm) + <x - x~, e_o> +
+ *       <x, c_o - m - e_o>,
+ * at most (u + dim 2^-52) |x| |m| + |x - x~| |e_o| + u |x| |c_o|; the
+ * kernel's sum is within gb |x~| |e_o| of the exact <x~, e_o> (bf16
+ * products are exact in float), plus 2 dim 2^-126 for flushed products
+ * and |x~| dim 2^-126 for offsets below 2^-126 it may read as 0; the
+ * float addition of xm adds u (|xm| + |G_o|); and the fixed order's own
+ * error is gamma |x| |c_o|.  With the list's two norms (v->cbn: |e_o|,
+ * |c_o|) E_o = ka |e_o| + kb |c_o| + kc, scaled and with the same ulps of
+ * the score's float operations as bf16_bound.  No term for rounding the
+ * centroids: the filter reads the values the centroids stand for.
+ */
+static void
+bf16_bound_offsets(const struct tq_ivf *v, uint32_t dim, double nx,
+    double rn, double dn, float inv, int ip, struct bfbound *b)
+{
+	double u = 0x1p-24, gamma = (double)dim * u / (1.0 - (double)dim * u);
+	double gb = (double)dim * 0x1p-23 / (1.0 - (double)dim * 0x1p-23);
+	double sc = (ip ? 1.0 : 2.0) * (double)inv * (1.0 + 0x1p-20);
+
+	b->ka = sc * (dn + (gb + 2.0 * u) * rn) * (1.0 + 0x1p-30);
+	b->kb = sc * (gamma + u) * nx * (1.0 + 0x1p-30);
+	b->kc = sc * (nx * v->basen * (3.0 * u + (double)dim * 0x1p-52) +
+	    (2.0 + rn) * (double)dim * 0x1p-126) + 8.0 * u * (2.0 * nx *
 	    (double)inv * v->cmax + v->n2max);
 }
 
@@ -506,7 +582,8 @@ scores_not_below(const struct tq_ivf *v, const float *si, float inv, int ip,
  */
 static uint32_t
 bf16_candidates(const struct tq_ivf *v, const float *si, float inv, int ip,
-    const struct bfbound *b, double emax, struct tq_topk *h, uint32_t *cand)
+    const double *en, const struct bfbound *b, double emax,
+    struct tq_topk *h, uint32_t *cand)
 {
 	uint32_t nl = v->nlist, nc = 0, npre, o, t;
 	double thr, lim = -INFINITY;
@@ -533,7 +610,7 @@ bf16_candidates(const struct tq_ivf *v, const float *si, float inv, int ip,
 
 		o = cand[t];
 		lo = (double)list_score(v, o, si[o], inv, ip) -
-		    bf16_err(v, b, o);
+		    bf16_err(en, b, o);
 		if (h->k == 1) {
 			if (lo > lim)
 				lim = lo;
@@ -550,7 +627,7 @@ bf16_candidates(const struct tq_ivf *v, const float *si, float inv, int ip,
 	for (t = 0; t < npre; t++) {
 		o = cand[t];
 		if (!((double)list_score(v, o, si[o], inv, ip) +
-		    bf16_err(v, b, o) < lim))
+		    bf16_err(en, b, o) < lim))
 			cand[nc++] = o;
 	}
 	return nc;
@@ -558,8 +635,8 @@ bf16_candidates(const struct tq_ivf *v, const float *si, float inv, int ip,
 
 /*
  * The bf16 filter for rows scored one at a time, or NULL (fixed order for
- * all lists): after BF16_SINGLE_AFTER such rows, or once a batch has made
- * the centroids.
+ * all lists): for f32 centroids after BF16_SINGLE_AFTER such rows, or
+ * once a batch has made their bf16 copy; for bf16 ones at once.
  */
 static const struct tq_bf16_kernel *
 single_filter(const struct tq_ivf *cv, uint32_t dim)
@@ -571,9 +648,13 @@ single_filter(const struct tq_ivf *cv, uint32_t dim)
 		return NULL;
 	/*
 	 * Centroids in bf16 have no f32 copy for the fixed order to read
-	 * (wide_ready): the filter from the first row, which packs them.
+	 * (wide_ready), and the filter reads them as they are: from the
+	 * first row, nothing to make.
 	 */
-	if (cv->cent != NULL && !__atomic_load_n(&v->bfmade,
+	if (cv->cbn != NULL)
+		return cv->cbnmax[1] < TQ_BF16_MAX_NORM && cv->basen <
+		    TQ_BF16_MAX_NORM ? bk : NULL;
+	if (!__atomic_load_n(&v->bfmade,
 	    __ATOMIC_ACQUIRE) && __atomic_add_fetch(&v->nsingle, 1,
 	    __ATOMIC_RELAXED) <= BF16_SINGLE_AFTER)
 		return NULL;
@@ -609,11 +690,13 @@ dot_lists(const struct tq_ivf *v, uint32_t dim, const float *x, size_t m,
 
 /*
  * The p lists of the single row x (|x| = nx, scale inv) through the bf16
- * filter of bk, into h (unsorted); s holds v->bfnl floats, xb
- * (dim + 1) / 2 words and tmp dim floats.  Only the lists the filter
- * cannot rule out are scored in the fixed order, which decides among them
- * as it would among all: the same lists, reading half the bytes and a few
- * rows again.
+ * filter of bk, into h (unsorted); s holds v->bfnl or nlist floats
+ * (whichever is more), xb (dim + 1) / 2 words and tmp dim floats.  Only
+ * the lists the filter cannot rule out are scored in the fixed order,
+ * which decides among them as it would among all: the same lists,
+ * reading half the bytes and a few rows again.  bf16 centroids are read
+ * where they lie, as a mean and offsets (bf16_bound_offsets); f32 ones
+ * from the filter's bf16 copy.
  */
 static void
 single_rows(const struct tq_ivf *v, uint32_t dim,
@@ -625,11 +708,30 @@ single_rows(const struct tq_ivf *v, uint32_t dim,
 	double rn, dn;
 	uint32_t nc;
 
+	const double *en, *emax;
+
 	bk->row(x, dim, xb, &rn, &dn);
-	bk->gemv(xb, v->bfc, v->bfnl, (dim + 1) / 2, s);
-	bf16_bound(v, dim, nx, rn, dn, inv, ip, &bb);
-	nc = bf16_candidates(v, s, inv, ip, &bb, (bb.ka * v->bfemax[0] +
-	    bb.kb * v->bfemax[1] + bb.kc) * (1.0 + 0x1p-30), h, cand);
+	if (v->cbn != NULL) {
+		double xm = 0.0;
+		float xmf;
+
+		for (uint32_t d = 0; d < dim; d++)
+			xm += (double)x[d] * (double)v->cbase[d];
+		xmf = (float)xm;
+		bk->gemv_rows(xb, v->cb, v->nlist, dim, s);
+		for (uint32_t o = 0; o < v->nlist; o++)
+			s[o] += xmf;
+		bf16_bound_offsets(v, dim, nx, rn, dn, inv, ip, &bb);
+		en = v->cbn;
+		emax = v->cbnmax;
+	} else {
+		bk->gemv(xb, v->bfc, v->bfnl, (dim + 1) / 2, s);
+		bf16_bound(v, dim, nx, rn, dn, inv, ip, &bb);
+		en = v->bfe;
+		emax = v->bfemax;
+	}
+	nc = bf16_candidates(v, s, inv, ip, en, &bb, (bb.ka * emax[0] +
+	    bb.kb * emax[1] + bb.kc) * (1.0 + 0x1p-30), h, cand);
 	rescore(v, dim, x, inv, ip, cand, nc, h, tmp);
 }
 
@@ -691,7 +793,8 @@ nearest_rows(const struct tq_ivf *v, uint32_t dim, const float *x,
 	}
 	/* One row alone: the bf16 filter, once it pays (single_filter). */
 	if (n == 1 && (b1 = single_filter(v, dim)) != NULL) {
-		s1 = tq_mallocarray(v->bfnl, sizeof(*s1));
+		s1 = tq_mallocarray(v->bfnl > nl ? v->bfnl : nl,
+		    sizeof(*s1));
 		xb1 = tq_mallocarray(k2, sizeof(*xb1));
 		if (s1 == NULL || xb1 == NULL)
 			b1 = NULL;	/* the fixed order: the same lists */
@@ -756,8 +859,8 @@ nearest_rows(const struct tq_ivf *v, uint32_t dim, const float *x,
 
 				bf16_bound(v, dim, nx[i], rn[i], dn[i], inv,
 				    ip, &bb);
-				nc = bf16_candidates(v, si, inv, ip, &bb,
-				    (bb.ka * v->bfemax[0] + bb.kb *
+				nc = bf16_candidates(v, si, inv, ip, v->bfe,
+				    &bb, (bb.ka * v->bfemax[0] + bb.kb *
 				    v->bfemax[1] + bb.kc) * (1.0 + 0x1p-30),
 				    &h, cand);
 			} else {

@@ -331,7 +331,8 @@ tq_bf16_kernel(void)
 	const char *name = tq_kernels()->name;
 #ifdef TQ_HAVE_BF16
 	static const struct tq_bf16_kernel avx512 = { tq_bf16_row_avx512,
-	    tq_bf16_gemm_avx512, tq_bf16_gemv_avx512, "bf16" };
+	    tq_bf16_gemm_avx512, tq_bf16_gemv_avx512,
+	    tq_bf16_gemv_rows_avx512, "bf16" };
 
 	/* Under a cap below AVX-512 (TQ_ISA), none. */
 	if (!(cpu_have & F_AVX512BF16) || bf16_off || fma_only)
@@ -341,7 +342,8 @@ tq_bf16_kernel(void)
 		/* Many rows on tiles where the AMX level runs. */
 		static const struct tq_bf16_kernel amx = {
 		    tq_bf16_row_avx512, tq_bf16_gemm_amx,
-		    tq_bf16_gemv_avx512, "bf16-amx" };
+		    tq_bf16_gemv_avx512, tq_bf16_gemv_rows_avx512,
+		    "bf16-amx" };
 
 		if ((cpu_have & F_AMXBF16) && strcmp(name, "amx") == 0)
 			return &amx;
@@ -360,7 +362,7 @@ tq_bf16_fma_kernel(void)
 	pthread_once(&once, init);
 #ifdef TQ_HAVE_FMA
 	static const struct tq_bf16_kernel fma = { tq_bf16_row_avx2, NULL,
-	    tq_bf16_gemv_avx2, "bf16-fma" };
+	    tq_bf16_gemv_avx2, tq_bf16_gemv_rows_avx2, "bf16-fma" };
 
 	if ((cpu_have & (F_AVX2 | F_FMA)) == (F_AVX2 | F_FMA))
 		return &fma;

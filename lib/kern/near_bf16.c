@@ -220,3 +220,90 @@ tq_bf16_gemv_avx512(const uint32_t *x, const void *cent, uint32_t nl,
 		_mm512_storeu_ps(s + l0 + 48, _mm512_add_ps(a3, b3));
 	}
 }
+
+/*
+ * One row against nl rows of dim bf16 laid out one after another (IVFC's
+ * offsets where the file maps them: no copy, no alignment).  Sixteen
+ * lists at a time, one accumulator each, 32 values (64 bytes) a step,
+ * the row's last step masked; then the sixteen are folded into one
+ * vector by four rounds of pairs (pair_f32x16).  The rows come from four
+ * bases a stride apart, so that each load is one address form (base +
+ * index * scale) without arithmetic of its own.  The last nl % 16 lists
+ * are summed one at a time.
+ */
+static inline __m512
+pair_f32x16(__m512 a, __m512 b)
+{
+	const __m512i ev = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16,
+	    14, 12, 10, 8, 6, 4, 2, 0);
+	const __m512i od = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17,
+	    15, 13, 11, 9, 7, 5, 3, 1);
+
+	/* Lanes 0-7: a's pairs summed; 8-15: b's. */
+	return _mm512_add_ps(_mm512_permutex2var_ps(a, ev, b),
+	    _mm512_permutex2var_ps(a, od, b));
+}
+
+/* The masks of the step at j of a row of dim: values, and x's words. */
+#define ROW_MASKS(j)							\
+	uint32_t left = dim - (j);					\
+	__mmask32 mc = left >= 32 ? 0xffffffffu :			\
+	    (__mmask32)((1u << left) - 1);				\
+	__mmask16 mx = left >= 32 ? 0xffff :				\
+	    (__mmask16)((1u << (left + 1) / 2) - 1);			\
+	__m512bh xv = (__m512bh)_mm512_maskz_loadu_epi32(mx, x + (j) / 2)
+
+#define RACC(i) __m512 a##i = _mm512_setzero_ps()
+/* List 4 g + r of the group: r strides past base g. */
+#define RSTEP(i, g, r) a##i = _mm512_dpbf16_ps(a##i, xv,		\
+	(__m512bh)_mm512_maskz_loadu_epi16(mc, b##g + (r) * st))
+
+void
+tq_bf16_gemv_rows_avx512(const uint32_t *x, const uint16_t *c, uint32_t nl,
+    uint32_t dim, float *s)
+{
+	const size_t st = dim;
+	uint32_t l0 = 0;
+
+	for (; l0 + 16 <= nl; l0 += 16) {
+		const uint16_t *b0 = c + (size_t)l0 * dim, *b1 = b0 + 4 * st;
+		const uint16_t *b2 = b1 + 4 * st, *b3 = b2 + 4 * st;
+		RACC(0); RACC(1); RACC(2); RACC(3); RACC(4); RACC(5);
+		RACC(6); RACC(7); RACC(8); RACC(9); RACC(10); RACC(11);
+		RACC(12); RACC(13); RACC(14); RACC(15);
+
+		for (uint32_t j = 0; j < dim; j += 32) {
+			ROW_MASKS(j);
+
+			RSTEP(0, 0, 0); RSTEP(1, 0, 1); RSTEP(2, 0, 2);
+			RSTEP(3, 0, 3); RSTEP(4, 1, 0); RSTEP(5, 1, 1);
+			RSTEP(6, 1, 2); RSTEP(7, 1, 3); RSTEP(8, 2, 0);
+			RSTEP(9, 2, 1); RSTEP(10, 2, 2); RSTEP(11, 2, 3);
+			RSTEP(12, 3, 0); RSTEP(13, 3, 1); RSTEP(14, 3, 2);
+			RSTEP(15, 3, 3);
+			b0 += 32;
+			b1 += 32;
+			b2 += 32;
+			b3 += 32;
+		}
+		_mm512_storeu_ps(s + l0, pair_f32x16(
+		    pair_f32x16(pair_f32x16(pair_f32x16(a0, a1),
+		    pair_f32x16(a2, a3)), pair_f32x16(pair_f32x16(a4, a5),
+		    pair_f32x16(a6, a7))),
+		    pair_f32x16(pair_f32x16(pair_f32x16(a8, a9),
+		    pair_f32x16(a10, a11)), pair_f32x16(pair_f32x16(a12, a13),
+		    pair_f32x16(a14, a15)))));
+	}
+	for (; l0 < nl; l0++) {
+		const uint16_t *b0 = c + (size_t)l0 * dim;
+		RACC(0);
+
+		for (uint32_t j = 0; j < dim; j += 32) {
+			ROW_MASKS(j);
+
+			RSTEP(0, 0, 0);
+			b0 += 32;
+		}
+		s[l0] = _mm512_reduce_add_ps(a0);
+	}
+}

@@ -1289,13 +1289,15 @@ ivf_bf16_case(uint32_t dim, uint32_t nl, float at)
 	}
 	CHECK(memcmp(a, b, 70 * p * sizeof(*a)) == 0);
 	/*
-	 * Without an f32 copy to read, the filter from the first single row.
-	 * At 1e5 its bf16 rounding hides the differences between lists and
-	 * leaves them all: then the f32 copy is made, once.
+	 * Without an f32 copy to read, the filter from the first single row,
+	 * reading the offsets where they are: no copy in bf16 either.  At
+	 * 1e5 the bound (the rounding of x, the fixed order's error) hides
+	 * the differences between lists and leaves them all: then the f32
+	 * copy is made, once.
 	 */
-	CHECK((vb.bfc != NULL) == (nl >= 64 && tq_bf16_single_kernel() !=
-	    NULL));
-	if (vb.bfc != NULL && (at == 0.0f || at >= 1e5f))
+	CHECK(vb.bfc == NULL && vb.cbn != NULL && v32.cbn == NULL);
+	if (nl >= 64 && tq_bf16_single_kernel() != NULL &&
+	    (at == 0.0f || at >= 1e5f))
 		CHECK((vb.wide != NULL) == (at >= 1e5f));
 	for (int mode = 0; mode < 3; mode++) {
 		int norm = mode == 1, ip = mode == 2;
@@ -1588,7 +1590,8 @@ test_bf16_gemm_sizes(void)
 	 * AMX's, AVX512_BF16's too.
 	 */
 	static const struct tq_bf16_kernel avx512 = { tq_bf16_row_avx512,
-	    tq_bf16_gemm_avx512, tq_bf16_gemv_avx512, "bf16" };
+	    tq_bf16_gemm_avx512, tq_bf16_gemv_avx512,
+	    tq_bf16_gemv_rows_avx512, "bf16" };
 	const struct tq_bf16_kernel *gs[3] = { tq_bf16_kernel(),
 	    tq_bf16_fma_kernel(), NULL };
 	int ok = 1;
@@ -1631,6 +1634,30 @@ test_bf16_gemm_sizes(void)
 				ok &= sums_ok(x, c, m, nl, dim, s, gb);
 				for (int t = 0; t < 16; t++)
 					ok &= s[(size_t)m * nl + t] == 12345.0f;
+				/*
+				 * The row-major one, from bf16 rows an element
+				 * off alignment, on list counts that are not
+				 * multiples of its groups: nothing past nl.
+				 */
+				for (uint32_t nr = m + 1; nr <= nl; nr += 37) {
+					uint16_t *cr = malloc(((size_t)nr * dim +
+					    1) * 2);
+
+					for (size_t t = 0; t < (size_t)nr * dim;
+					    t++)
+						cr[t + 1] = ref_bf16(c[t]);
+					for (int t = 0; t < 16; t++)
+						s[(size_t)m * nr + t] = 12345.0f;
+					for (uint32_t i = 0; i < m; i++)
+						g->gemv_rows(xb + (size_t)i * k2,
+						    cr + 1, nr, dim,
+						    s + (size_t)i * nr);
+					ok &= sums_ok(x, c, m, nr, dim, s, gb);
+					for (int t = 0; t < 16; t++)
+						ok &= s[(size_t)m * nr + t] ==
+						    12345.0f;
+					free(cr);
+				}
 				free(xb);
 				free(cb);
 				free(s);
