@@ -272,8 +272,9 @@ struct calib {
  * output) for the diagnostics.  Called once a run.
  */
 static const struct tq_calib_params *
-calib_params(struct calib *cal, uint32_t dim, enum tq_originals orig,
-    const struct tq_build_params *bp, const char *where, int always)
+calib_params(struct calib *cal, uint32_t dim, enum tq_metric metric,
+    enum tq_originals orig, const struct tq_build_params *bp,
+    const char *where, int always)
 {
 	struct tq_calib_params *cp = &cal->cp;
 	int asked = always || cal->queries != NULL || cal->sample != 0;
@@ -292,7 +293,8 @@ calib_params(struct calib *cal, uint32_t dim, enum tq_originals orig,
 	if (cal->queries != NULL) {
 		progress("reading calibration queries");
 		if ((st = tq_read_all(cal->queries, "test", &cal->q, &cp->dim,
-		    &nq)) != TQ_OK)
+		    &nq)) != TQ_OK || (st = tq_check_rows(metric, cal->q, nq,
+		    cp->dim, 0)) != TQ_OK)
 			die_status(st, in_name(cal->queries));
 		progress_done();
 		if (cp->dim != dim)
@@ -316,14 +318,16 @@ recalibrate(struct calib *cal, const char *path, const char *out,
 	struct tq_index *ix;
 	enum tq_status st;
 	uint32_t dim;
+	enum tq_metric metric;
 	enum tq_originals orig;
 
 	if ((st = tq_index_open(path, &ix)) != TQ_OK)
 		die_status(st, path);
 	dim = tq_quantizer_dim(tq_index_quantizer(ix));
+	metric = tq_quantizer_metric(tq_index_quantizer(ix));
 	orig = tq_index_originals(ix);
 	tq_index_close(ix);
-	cp = calib_params(cal, dim, orig, bp, path, 1);
+	cp = calib_params(cal, dim, metric, orig, bp, path, 1);
 	progress("calibrating");
 	st = tq_index_calibrate(path, cp, bp, out);
 	progress_done();
@@ -342,6 +346,7 @@ mutate(int mode, const char *delpath, const char *idspath,
 	const char *ixpath = argv[0];
 	struct tq_index *ix;
 	enum tq_status st;
+	enum tq_metric metric;
 	enum tq_originals orig;
 	double t0 = now_seconds();
 	char what[64] = "";
@@ -365,6 +370,7 @@ mutate(int mode, const char *delpath, const char *idspath,
 	if ((st = tq_index_open(ixpath, &ix)) != TQ_OK)
 		die_status(st, ixpath);
 	dim = tq_quantizer_dim(tq_index_quantizer(ix));
+	metric = tq_quantizer_metric(tq_index_quantizer(ix));
 	orig = tq_index_originals(ix);
 	tq_index_close(ix);
 	if (mode == OPT_DELETE) {
@@ -380,7 +386,8 @@ mutate(int mode, const char *delpath, const char *idspath,
 		snprintf(what, sizeof(what), "%llu deleted, ",
 		    (unsigned long long)deleted);
 	} else if (mode == OPT_COMPACT) {
-		bp->calibrate = calib_params(cal, dim, orig, bp, ixpath, 0);
+		bp->calibrate = calib_params(cal, dim, metric, orig, bp, ixpath,
+		    0);
 		if ((st = tq_index_compact(ixpath, bp, out)) != TQ_OK)
 			die_status(st, st == TQ_ERR_CHECKSUM ? ixpath :
 			    blame(st, ixpath, NULL, out));
@@ -392,7 +399,8 @@ mutate(int mode, const char *delpath, const char *idspath,
 		struct tq_ids_reader *ids = NULL;
 
 		/* Used when the append rewrites the index (a fresh build). */
-		bp->calibrate = calib_params(cal, dim, orig, bp, ixpath, 0);
+		bp->calibrate = calib_params(cal, dim, metric, orig, bp, ixpath,
+		    0);
 		if ((st = tq_reader_open(corpus, dataset, &r)) != TQ_OK)
 			die_status(st, in_name(corpus));
 		if (idspath != NULL) {
@@ -719,8 +727,8 @@ main(int argc, char *argv[])
 	if (nshards > 0)
 		shard_select(corpus, r, idspath, &ids, shard, nshards);
 	open_labels(labpath, r, corpus, &bp);
-	bp.calibrate = calib_params(&cal, tq_quantizer_dim(q), bp.originals,
-	    &bp, out, 0);
+	bp.calibrate = calib_params(&cal, tq_quantizer_dim(q),
+	    tq_quantizer_metric(q), bp.originals, &bp, out, 0);
 	if ((st = tq_build(q, r, ids, &bp, out)) != TQ_OK) {
 		labels_failed(st, labpath);
 		die_status(st, blame(st, corpus, idspath, out));

@@ -220,7 +220,8 @@ truth_mode(const struct opts *o, const char *corpus, const char *queries)
 	size_t nq, i, j;
 	float *q;
 
-	if ((st = tq_read_all(queries, "test", &q, &dim, &nq)) != TQ_OK)
+	if ((st = tq_read_all(queries, "test", &q, &dim, &nq)) != TQ_OK ||
+	    (st = tq_check_rows(o->metric, q, nq, dim, 0)) != TQ_OK)
 		die_status(st, in_name(queries));
 	ids = xmallocarray(nq * (size_t)o->k, sizeof(*ids));
 	exact(corpus, o->dataset, o->metric, queries, q, nq, dim, o->k,
@@ -930,8 +931,9 @@ eval_mode(const struct opts *o)
 	if (o->plot != NULL)
 		out_open(&plot, o->plot);
 	progress("reading queries");
-	if ((st = tq_read_all(queries, "test", &q, &dim, &nq)) != TQ_OK)
-		die_status(st, queries);
+	if ((st = tq_read_all(queries, "test", &q, &dim, &nq)) != TQ_OK ||
+	    (st = tq_check_rows(metric, q, nq, dim, 0)) != TQ_OK)
+		die_status(st, in_name(queries));
 	if (o->qlimit > 0 && nq > o->qlimit)
 		nq = (size_t)o->qlimit;
 	if (nq == 0)

@@ -512,7 +512,8 @@ main(int argc, char *argv[])
 		if (r == NULL)
 			got = like_next(&lk, dim, queries, batch);
 		else if ((st = tq_reader_read(r, queries, batch, &got)) !=
-		    TQ_OK)
+		    TQ_OK || (st = tq_check_rows(tq_quantizer_metric(
+		    tq_index_quantizer(ix)), queries, got, dim, nq)) != TQ_OK)
 			die_status(st, in_name(in));
 		if (got == 0)
 			break;

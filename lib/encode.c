@@ -273,6 +273,9 @@ encode_rows(const struct tq_quantizer *q, const float *x, size_t n,
 				r2 += (double)r[j] * r[j];
 				cr += (double)cen[j] * r[j];
 			}
+			if ((st = tq_norm_check(q->metric, x2, "row",
+			    row0 + s0 + i)) != TQ_OK)
+				goto out;
 			meta[3 * i] = sqrt(r2);
 			meta[3 * i + 1] = cr;
 			meta[3 * i + 2] = x2;

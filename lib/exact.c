@@ -389,6 +389,8 @@ exact_run(struct eres *e, tq_exact_next_fn next, void *arg, struct ectx *c,
 			if (c->m == TQ_METRIC_COSINE)
 				tq_normalise(x, dim, x);
 			e->xn2[i] = norm2(x, dim);
+			TQ_TRY(tq_norm_check(c->m, e->xn2[i], "row",
+			    c->row0 + i));
 			e->xnorm[i] = sqrt(e->xn2[i]);
 			/* Also false for NaN. */
 			c->bf = c->bf && e->xnorm[i] < TQ_BF16_MAX_NORM;
@@ -439,17 +441,13 @@ tq_exact_source(tq_exact_next_fn next, void *arg, enum tq_metric m,
 	enum tq_status st;
 	unsigned nw;
 	size_t i;
-	uint32_t t, d;
+	uint32_t t;
 
 	if (k < 1)
 		return tq_fail(TQ_ERR_ARG, "k must be at least 1");
 	if (m != TQ_METRIC_IP && m != TQ_METRIC_COSINE && m != TQ_METRIC_L2)
 		return tq_fail(TQ_ERR_ARG, "unknown metric %d", (int)m);
-	for (i = 0; i < nq; i++)
-		for (d = 0; d < dim; d++)
-			if (!isfinite(queries[i * dim + d]))
-				return tq_fail(TQ_ERR_NONFINITE, "query %zu, "
-				    "column %u: value is NaN or infinite", i, d);
+	TQ_TRY(tq_rows_check(m, queries, nq, dim, "query", 0));
 	if ((size_t)dim * CHUNK_ROWS > INT32_MAX)
 		return tq_fail(TQ_ERR_UNSUPPORTED, "dimension %u too large "
 		    "for exact search", dim);

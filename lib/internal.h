@@ -25,6 +25,24 @@ enum tq_status tq_fail(enum tq_status st, const char *fmt, ...)
 /* Clears the detail. */
 void tq_clear_detail(void);
 
+/*
+ * The largest squared norm of a row or query of an l2 or ip index (cosine
+ * normalises them): |x| below 2^62 (4.6e18), so that squared norms,
+ * distances (at most (2 2^62)^2 = 2^126) and products stay finite in
+ * float (FLT_MAX is about 2^128).  Rows of 1e19 gave arbitrary results.
+ */
+#define TQ_MAX_NORM2 0x1p124
+/*
+ * TQ_OK if x2 = |x|^2 is within TQ_MAX_NORM2 or m is cosine, else
+ * TQ_ERR_NONFINITE with "WHAT N: norm V is too large for M (...)"
+ * (tq(5), "Limits").
+ */
+enum tq_status tq_norm_check(enum tq_metric m, double x2, const char *what,
+    uint64_t n);
+/* tq_check_rows, the rows called `what` ("row", "query") in the detail. */
+enum tq_status tq_rows_check(enum tq_metric m, const float *x, size_t n,
+    uint32_t dim, const char *what, uint64_t row0);
+
 #define TQ_TRY(expr) do { \
 	enum tq_status tq_try_st_ = (expr); \
 	if (tq_try_st_ != TQ_OK) \

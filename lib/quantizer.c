@@ -262,7 +262,7 @@ data_pass(struct tq_reader *r, uint32_t dim, enum tq_metric metric,
 			break;
 		for (i = 0; i < got && st == TQ_OK; i++) {
 			float *x = buf + i * dim;
-			double scale = 1;
+			double scale = 1, rsq = 0;
 
 			if (metric == TQ_METRIC_COSINE) {
 				double nn = 0;
@@ -275,8 +275,12 @@ data_pass(struct tq_reader *r, uint32_t dim, enum tq_metric metric,
 				double y = scale * x[j];
 
 				sum[j] += y;
-				sq += y * y;
+				rsq += y * y;
 			}
+			sq += rsq;
+			if ((st = tq_norm_check(metric, rsq, "row", seen +
+			    i)) != TQ_OK)
+				break;
 			if (rs->cap > 0) {
 				if (metric == TQ_METRIC_COSINE)
 					(void)tq_normalise(x, dim, x);

@@ -3064,17 +3064,10 @@ run_all(struct worker *w, unsigned n)
 /* Search                                                                    */
 
 static enum tq_status
-check_queries(const float *queries, size_t nq, uint32_t dim)
+check_queries(const float *queries, size_t nq, uint32_t dim,
+    enum tq_metric m)
 {
-	size_t i;
-	uint32_t d;
-
-	for (i = 0; i < nq; i++)
-		for (d = 0; d < dim; d++)
-			if (!isfinite(queries[i * dim + d]))
-				return tq_fail(TQ_ERR_NONFINITE, "query %zu, "
-				    "column %u: value is NaN or infinite", i, d);
-	return TQ_OK;
+	return tq_rows_check(m, queries, nq, dim, "query", 0);
 }
 
 struct scratch {
@@ -3529,7 +3522,7 @@ search_pass(const struct tq_index *ix, const float *queries, size_t nq,
 		    "index");
 	q = ix->q;
 	dim = q->dim;
-	TQ_TRY(check_queries(queries, nq, dim));
+	TQ_TRY(check_queries(queries, nq, dim, q->metric));
 	if (nq == 0) {
 		if (p->stats != NULL)
 			memset(p->stats, 0, sizeof(*p->stats));
@@ -3883,7 +3876,7 @@ tq_search_range(const struct tq_index *ix, const float *queries, size_t nq,
 		return tq_fail(TQ_ERR_ARG, "the filter was made for another "
 		    "index");
 	q = ix->q;
-	TQ_TRY(check_queries(queries, nq, q->dim));
+	TQ_TRY(check_queries(queries, nq, q->dim, q->metric));
 	out->nq = nq;
 	if ((out->off = tq_callocarray(nq + 1, sizeof(size_t))) == NULL)
 		return tq_fail(TQ_ERR_NOMEM, "out of memory");

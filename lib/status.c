@@ -86,6 +86,46 @@ tq_ncpu(void)
 	return n < 1 ? 1u : n > 1024 ? 1024u : (unsigned)n;
 }
 
+enum tq_status
+tq_norm_check(enum tq_metric m, double x2, const char *what, uint64_t n)
+{
+	if (m == TQ_METRIC_COSINE || x2 < TQ_MAX_NORM2)
+		return TQ_OK;
+	return tq_fail(TQ_ERR_NONFINITE, "%s %llu: norm %.3g is too large for "
+	    "%s (above 2^62 = 4.6e18, scores overflow float; scale the data "
+	    "down)", what, (unsigned long long)n, sqrt(x2),
+	    tq_metric_name(m));
+}
+
+enum tq_status
+tq_rows_check(enum tq_metric m, const float *x, size_t n, uint32_t dim,
+    const char *what, uint64_t row0)
+{
+	for (size_t i = 0; i < n; i++) {
+		const float *r = x + i * dim;
+		double n2 = 0.0;
+
+		for (uint32_t d = 0; d < dim; d++) {
+			if (!isfinite(r[d]))
+				return tq_fail(TQ_ERR_NONFINITE, "%s %llu, "
+				    "column %u: value is NaN or infinite", what,
+				    (unsigned long long)(row0 + i), d);
+			n2 += (double)r[d] * (double)r[d];
+		}
+		TQ_TRY(tq_norm_check(m, n2, what, row0 + i));
+	}
+	return TQ_OK;
+}
+
+enum tq_status
+tq_check_rows(enum tq_metric m, const float *x, size_t n, uint32_t dim,
+    uint64_t row0)
+{
+	if (n > 0 && x == NULL)
+		return tq_fail(TQ_ERR_ARG, "check rows: NULL argument");
+	return tq_rows_check(m, x, n, dim, "row", row0);
+}
+
 const char *
 tq_metric_name(enum tq_metric m)
 {

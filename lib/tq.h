@@ -88,6 +88,17 @@ enum tq_metric {
 const char *tq_metric_name(enum tq_metric m);
 /* Parses a metric name (also "dot" for ip, "euclidean" for l2). */
 enum tq_status tq_metric_parse(const char *name, enum tq_metric *out);
+/*
+ * Checks n rows of dim floats as rows or queries of metric m: TQ_OK, or
+ * TQ_ERR_NONFINITE naming the first bad row, numbered from row0, with "row
+ * R, column C: value is NaN or infinite" or, for l2 and ip, "row R: norm V
+ * is too large for M (...)": a norm of 2^62 (4.6e18) or more, whose
+ * squares overflow float (cosine normalises rows, so any finite norm
+ * goes; man tq.5, "Limits").  Fitting, encoding and searching make the
+ * same checks; this one lets a caller name its own file and rows first.
+ */
+enum tq_status tq_check_rows(enum tq_metric m, const float *x, size_t n,
+    uint32_t dim, uint64_t row0);
 
 /* ------------------------------------------------------------------------ */
 /* Vector input                                                              */

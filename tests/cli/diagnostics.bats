@@ -52,6 +52,11 @@ w2v = b"3 16\n" + b"".join(w * 30 + b" " + f16 + b"\n" for w in (b"a", b"b", b"c
 open('t-cut.w2v', 'wb').write(w2v[:250])
 open('t-word.w2v', 'wb').write(b"1 16\n" + b"a" * 5000 + b" " + f16)
 open('t-claims.w2v', 'wb').write(b"1000 16\nthe " + f16 + b"\n")
+# Row 7 of norm 2e19: its square overflows f32 for l2 and ip (tq(5)).
+rows = [[0.5 * (i % 7 - 3)] * 16 for i in range(20)]
+rows[7][2] = 2e19
+open('bignorm.bin', 'wb').write(struct.pack('<II', 16, 20) +
+    b"".join(struct.pack('<16f', *r) for r in rows))
 EOF
 	cp "$MAL/vec/big-endian.npy" be.npy
 	zstd -q -o c.bin.zst c.bin
@@ -180,6 +185,12 @@ all_seen() {
 	done < <(diag_items "$prog")
 	assert_ge $n 5
 	[ $missing = 0 ]
+}
+
+# norm_case PROG ARG...: a row of norm 2e19 (bignorm.bin, row 7) refused.
+BIGNORM='FILE: row R: norm V is too large for M (above 2^62 = 4.6e18, scores overflow float; scale the data down)'
+norm_case() {
+	expect 1 "$BIGNORM" "bignorm.bin: row 7: norm 2e+19 is too large for l2 (above 2^62 = 4.6e18, scores overflow float; scale the data down)" "$@"
 }
 
 # with FILE PROG ARG...: the arguments with {} replaced by FILE.
@@ -334,6 +345,7 @@ tqfile_cases() {
 
 @test "tq-fit: every message under DIAGNOSTICS" {
 	reader_cases tq-fit -i {} -o out.tq
+	norm_case tq-fit -i bignorm.bin -o out.tq
 	expect 1 'FILE: dimension mismatch' 'c8.bin: dimension mismatch' \
 	    tq-fit -i c8.bin -d 16 -o out.tq
 
@@ -371,6 +383,12 @@ tqfile_cases() {
 
 @test "tq-build: every message under DIAGNOSTICS" {
 	reader_cases tq-build -q q.tq -o out.tqi {}
+	norm_case tq-build -q q.tq -o out.tqi bignorm.bin
+	norm_case tq-build -o out.tqi bignorm.bin
+	norm_case tq-build -q q.tq --calibrate bignorm.bin -o out.tqi c.bin
+	cp i.tqi before.tqi
+	norm_case tq-build --append i.tqi bignorm.bin
+	cmp i.tqi before.tqi
 	expect 1 'FILE: dimension D does not match the quantizer (E)' \
 	    'c8.bin: dimension 8 does not match the quantizer (16)' \
 	    tq-build -q q.tq -o out.tqi c8.bin
@@ -595,6 +613,7 @@ tqfile_cases() {
 
 @test "tq-encode: every message under DIAGNOSTICS" {
 	reader_cases tq-encode -q q.tq -i {} -o out.codes
+	norm_case tq-encode -q q.tq -i bignorm.bin -o out.codes
 	expect 1 'FILE: dimension D does not match the quantizer (E)' \
 	    'c8.bin: dimension 8 does not match the quantizer (16)' \
 	    tq-encode -q q.tq -i c8.bin -o out.codes
@@ -660,6 +679,7 @@ tqfile_cases() {
 
 @test "tq-search: every message under DIAGNOSTICS" {
 	reader_cases tq-search -i {} -o out.tsv i.tqi
+	norm_case tq-search -i bignorm.bin -o out.tsv i.tqi
 	expect 1 'FILE: dimension D does not match the index (E)' \
 	    'c8.bin: dimension 8 does not match the index (16)' \
 	    tq-search -i c8.bin -o out.tsv i.tqi
@@ -751,6 +771,9 @@ tqfile_cases() {
 @test "tq-recall: every message under DIAGNOSTICS" {
 	local long
 	reader_cases tq-recall --truth -k 1 -o out.ivecs c.bin {}
+	norm_case tq-recall --truth -k 1 -o out.ivecs c.bin bignorm.bin
+	norm_case tq-recall --truth -k 1 -o out.ivecs bignorm.bin c.bin
+	norm_case tq-recall --corpus c.bin --queries bignorm.bin
 	expect 1 'FILE: dimension D does not match the corpus (E)' \
 	    'c.bin: dimension 16 does not match the corpus (8)' \
 	    tq-recall --truth -k 4 -o out.ivecs c8.bin c.bin

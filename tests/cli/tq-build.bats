@@ -153,7 +153,7 @@ setup() {
 	        for sign in (0, 1):
 	            bits = sign << 31 | (e + 127) << 23 | m
 	            vals.append(struct.unpack("<f", struct.pack("<I", bits))[0])
-	vals += [0.0, -0.0, 65504.0, 65519.0, 65520.0, 1e30, -1e30, 2.0**-25,
+	vals += [0.0, -0.0, 65504.0, 65519.0, 65520.0, 1e18, -1e18, 2.0**-25,
 	         2.0**-24, 1.5 * 2.0**-25]
 	vals += [0.0] * (-len(vals) % 32)
 	with open("e.bin", "wb") as f:

@@ -326,3 +326,42 @@ EOF
 	[[ "$stderr" == *"not a regular file"* ]]
 	[ -p out.fifo ]
 }
+
+@test "tq-search: norms up to 2^62 for l2 and ip, any finite norm for cosine" {
+	"$PY" - <<'PYEOF'
+import random, struct
+random.seed(3)
+base = [[random.gauss(0, 1) for _ in range(8)] for _ in range(200)]
+def save(name, rows):
+    open(name, 'wb').write(struct.pack('<II', 8, len(rows)) +
+        b"".join(struct.pack('<8f', *r) for r in rows))
+def scaled(rows, length):
+    return [[v / sum(x * x for x in r) ** 0.5 * length for v in r] for r in rows]
+save('near.bin', scaled(base, 0.9 * 2 ** 62))
+save('over.bin', scaled(base, 1.1 * 2 ** 62))
+PYEOF
+	tq rows near.bin nearq.bin 4,77,150
+	tq rows over.bin overq.bin 4,77,150
+	# Just below the limit, l2 and ip find a copy of a row at rank 1.
+	for m in l2 ip; do
+		"$TQ_BIN/tq-build" -m $m -o near-$m.tqi near.bin
+		run --separate-stderr "$TQ_BIN/tq-search" -k 1 --oversample 4 \
+		    -i nearq.bin near-$m.tqi
+		assert_status 0
+		assert_equal "$(cut -f3 <<<"$output" | tr '\n' ' ')" "4 77 150 "
+		run --separate-stderr "$TQ_BIN/tq-build" -m $m -o over-$m.tqi \
+		    over.bin
+		assert_status 1
+		[[ $stderr == *"over.bin: row 0: norm 5.07e+18 is too large for $m"* ]]
+		[ ! -e over-$m.tqi ]
+		run --separate-stderr "$TQ_BIN/tq-search" -i overq.bin near-$m.tqi
+		assert_status 1
+		[[ $stderr == *"overq.bin: row 0: norm 5.07e+18 is too large for $m"* ]]
+	done
+	# Cosine normalises: the same rows are no trouble.
+	"$TQ_BIN/tq-build" -m cosine -o over-cos.tqi over.bin
+	run --separate-stderr "$TQ_BIN/tq-search" -k 1 --oversample 4 \
+	    -i overq.bin over-cos.tqi
+	assert_status 0
+	assert_equal "$(cut -f3 <<<"$output" | tr '\n' ' ')" "4 77 150 "
+}

@@ -1844,6 +1844,38 @@ test_malformed_dir(void)
 	CHECK(cases >= 50);
 }
 
+/*
+ * tq_check_rows: NaN and infinity for every metric; for l2 and ip a norm
+ * of 2^62 or more, whose square overflows f32, named with the row counted
+ * from row0; cosine takes any finite norm.
+ */
+static void
+test_check_rows(void)
+{
+	float x[3 * 4] = { 1, 2, 3, 4, 0, 0, 0, 0, 1, 1, 1, 1 };
+
+	CHECK_OK(tq_check_rows(TQ_METRIC_L2, x, 3, 4, 0));
+	CHECK_OK(tq_check_rows(TQ_METRIC_IP, NULL, 0, 4, 0));
+	/* Just below 2^62, then at it (2^61 in four values: 2^62). */
+	x[4] = 0x1p62f * 0.99f;
+	CHECK_OK(tq_check_rows(TQ_METRIC_L2, x, 3, 4, 0));
+	x[4] = x[5] = x[6] = x[7] = 0x1p61f;
+	CHECK(tq_check_rows(TQ_METRIC_L2, x, 3, 4, 10) == TQ_ERR_NONFINITE);
+	CHECK(strcmp(tq_errdetail(), "row 11: norm 4.61e+18 is too large for "
+	    "l2 (above 2^62 = 4.6e18, scores overflow float; scale the data "
+	    "down)") == 0);
+	CHECK(tq_check_rows(TQ_METRIC_IP, x, 3, 4, 0) == TQ_ERR_NONFINITE);
+	CHECK_OK(tq_check_rows(TQ_METRIC_COSINE, x, 3, 4, 0));
+	/* Values whose squares alone overflow: still a number in double. */
+	x[5] = 3e38f;
+	CHECK_OK(tq_check_rows(TQ_METRIC_COSINE, x, 3, 4, 0));
+	CHECK(tq_check_rows(TQ_METRIC_L2, x, 3, 4, 0) == TQ_ERR_NONFINITE);
+	x[9] = NAN;
+	CHECK(tq_check_rows(TQ_METRIC_COSINE, x, 3, 4, 0) == TQ_ERR_NONFINITE);
+	CHECK(strcmp(tq_errdetail(), "row 2, column 1: value is NaN or "
+	    "infinite") == 0);
+}
+
 int
 main(void)
 {
@@ -1868,5 +1900,6 @@ main(void)
 	RUN(test_writer_stdout);
 	RUN(test_ids);
 	RUN(test_malformed_dir);
+	RUN(test_check_rows);
 	return unit_done();
 }
