@@ -49,7 +49,8 @@ enum tq_status {
 	TQ_ERR_VERSION = 5,	/* file version newer than this library */
 	TQ_ERR_ARG = 6,		/* invalid argument or parameter */
 	TQ_ERR_MISMATCH = 7,	/* dimension, metric or quantizer mismatch */
-	TQ_ERR_NONFINITE = 8,	/* input holds NaN or infinity */
+	TQ_ERR_NONFINITE = 8,	/* input holds NaN or infinity, or a norm
+				   whose square overflows (tq_check_rows) */
 	TQ_ERR_EMPTY = 9,	/* input holds no vectors */
 	TQ_ERR_OVERFLOW = 10,	/* a size computation would overflow */
 	TQ_ERR_UNSUPPORTED = 11,/* valid but not supported (format, type) */
