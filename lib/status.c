@@ -19,7 +19,7 @@ tq_strerror(enum tq_status st)
 	case TQ_ERR_VERSION:	return "unsupported format version";
 	case TQ_ERR_ARG:	return "invalid argument";
 	case TQ_ERR_MISMATCH:	return "mismatched parameters";
-	case TQ_ERR_NONFINITE:	return "value is NaN or infinite";
+	case TQ_ERR_NONFINITE:	return "value is NaN, infinite or too large";
 	case TQ_ERR_EMPTY:	return "no vectors";
 	case TQ_ERR_OVERFLOW:	return "size overflow";
 	case TQ_ERR_UNSUPPORTED: return "unsupported";
