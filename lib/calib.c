@@ -735,7 +735,7 @@ measure(struct calrun *c, const uint32_t *ks, uint32_t nk, uint32_t probes,
 		size_t nb = c->m - q0 < QBATCH ? c->m - q0 : QBATCH;
 
 		TQ_TRY(tq_search_refine(c->ix, c->qv + q0 * c->ix->q->dim, nb,
-		    &sp, 1, c->ids, c->scores));
+		    &sp, 1, 0, c->ids, c->scores));
 		rows += (double)st.rows_scanned;
 		for (size_t i = 0; i < nb; i++) {
 			const uint64_t *r = c->ids + i * K;

@@ -2249,11 +2249,97 @@ tq_index_open(const char *path, struct tq_index **out)
 	return index_open(path, -1, out);
 }
 
+/* Rows of segment p in [r0, r1) marked deleted. */
+static uint64_t
+tomb_dead(const struct tq_part *p, uint64_t r0, uint64_t r1)
+{
+	uint64_t dead = 0;
+
+	if (p->tomb == NULL)
+		return 0;
+	for (; r0 < r1 && r0 % 8 != 0; r0++)
+		dead += p->tomb[r0 / 8] >> (r0 % 8) & 1;
+	for (; r0 + 8 <= r1; r0 += 8)
+		dead += (uint64_t)__builtin_popcount(p->tomb[r0 / 8]);
+	for (; r0 < r1; r0++)
+		dead += p->tomb[r0 / 8] >> (r0 % 8) & 1;
+	return dead;
+}
+
+static pthread_mutex_t list_lock = PTHREAD_MUTEX_INITIALIZER;
+
+const uint64_t *
+tq_index_list_rows(const struct tq_index *cix)
+{
+	struct tq_index *ix = (struct tq_index *)(uintptr_t)cix;
+	uint32_t nl = ix->nlist;
+
+	if (nl == 0)
+		return NULL;
+	if (__atomic_load_n(&ix->listmade, __ATOMIC_ACQUIRE))
+		return ix->listlive;
+	pthread_mutex_lock(&list_lock);
+	if (!ix->listmade) {
+		uint64_t *live = tq_callocarray(nl, sizeof(*live));
+		uint64_t *sum = tq_mallocarray(nl, sizeof(*sum));
+
+		if (live != NULL && sum != NULL) {
+			for (uint32_t e = 0; e < ix->nparts; e++) {
+				const struct tq_part *p = &ix->parts[e];
+
+				for (uint32_t l = 0; l < nl; l++) {
+					uint64_t r0 = tq_list_off(p, l);
+					uint64_t r1 = tq_list_off(p, l + 1);
+
+					live[l] += r1 - r0 - tomb_dead(p, r0,
+					    r1);
+				}
+			}
+			memcpy(sum, live, nl * sizeof(*sum));
+			qsort(sum, nl, sizeof(*sum), cmp_u64);
+			for (uint32_t l = 1; l < nl; l++)
+				sum[l] += sum[l - 1];
+			ix->listlive = live;
+			ix->listsum = sum;
+		} else {
+			free(live);
+			free(sum);
+		}
+		__atomic_store_n(&ix->listmade, 1, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&list_lock);
+	return ix->listlive;
+}
+
+uint32_t
+tq_index_lists_holding(const struct tq_index *ix, uint64_t rows)
+{
+	uint32_t lo = 0, hi;
+
+	if (tq_index_list_rows(ix) == NULL)
+		return 0;
+	/* The first j with listsum[j] >= rows, then j + 1 lists. */
+	hi = ix->nlist - 1;
+	if (ix->listsum[hi] < rows)
+		return ix->nlist;
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+
+		if (ix->listsum[mid] >= rows)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	return lo + 1;
+}
+
 void
 tq_index_close(struct tq_index *ix)
 {
 	if (ix == NULL)
 		return;
+	free(ix->listlive);
+	free(ix->listsum);
 	tq_quantizer_free(ix->q);
 	tq_file_unmap(&ix->file);
 	free(ix->parts);

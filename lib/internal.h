@@ -854,7 +854,28 @@ struct tq_index {
 					   memory this process may use: a
 					   search asks for a query's lists
 					   and candidates' originals ahead */
+	/*
+	 * IVF: the live rows of each list over all segments (listlive), and
+	 * the same counts sorted ascending and summed (listsum[j]: the j + 1
+	 * smallest lists), made by the first search that asks
+	 * (tq_index_list_rows, index.c) and guarded there by a lock; NULL
+	 * before, or without the memory.  listmade 1 once tried.
+	 */
+	uint64_t *listlive, *listsum;
+	int listmade;
 };
+
+/*
+ * IVF: the live rows of each of ix's lists, or NULL (no lists, or no
+ * memory for them); made once, on the first call.
+ */
+const uint64_t *tq_index_list_rows(const struct tq_index *ix);
+/*
+ * IVF: the fewest lists that hold at least `rows` live rows whichever
+ * they are (the smallest lists summed); nlist if all of them hold fewer,
+ * 0 without the counts (tq_index_list_rows NULL).
+ */
+uint32_t tq_index_lists_holding(const struct tq_index *ix, uint64_t rows);
 
 /* The segment that holds row r of the row space (r < 32 nblocks). */
 static inline const struct tq_part *
@@ -1483,11 +1504,15 @@ tq_orig_row(const struct tq_kernels *k, enum tq_originals o,
 
 /*
  * tq_search with refine * k candidates re-scored by the float tables
- * when there is no re-rank (tq_search takes 4; search.c).
+ * when there is no re-rank (tq_search takes 4; search.c).  fill 0: an IVF
+ * query scans its probes alone, however few rows they hold (the
+ * calibration, whose one search of many candidates stands for every k it
+ * measures); 1: and the next nearest lists until they hold k rows, as
+ * tq_search does (tq_search_params.probes).
  */
 enum tq_status tq_search_refine(const struct tq_index *ix,
     const float *queries, size_t nq, const struct tq_search_params *p,
-    unsigned refine, uint64_t *ids, float *scores);
+    unsigned refine, int fill, uint64_t *ids, float *scores);
 
 /*
  * The exact key of query vector qv against row x, higher better (l2: minus

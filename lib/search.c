@@ -749,9 +749,18 @@ struct ctx {
 	float *scores;
 	uint64_t tile_blocks;	/* blocks per slice of a query tile */
 	size_t qtile;		/* queries per tile */
-	/* IVF: probes lists a query, probe[i * probes ..] for query i. */
-	uint32_t probes;
+	/*
+	 * IVF: probes lists a query, probe[i * probes ..] for query i, the
+	 * nearest first; query i scans the first nprobe[i] of them, or all
+	 * probes if nprobe is NULL.  probes may exceed the lists asked for
+	 * (pmin), so that every query's lists can hold `want` live rows, k
+	 * results (search_pass; live: the rows of each list).
+	 */
+	uint32_t probes, pmin;
 	const uint32_t *probe;
+	uint32_t *nprobe;
+	uint64_t want;
+	const uint64_t *live;
 	/* Block mode: the one query, its tables and its segments. */
 	size_t query;
 	const struct tq_lut *lut;
@@ -1016,7 +1025,9 @@ query_segs(const struct ctx *c, size_t i, struct seg *sg)
 		}
 		return ns;
 	}
-	for (uint32_t t = 0; t < c->probes; t++) {
+	uint32_t np = c->nprobe != NULL ? c->nprobe[i] : c->probes;
+
+	for (uint32_t t = 0; t < np; t++) {
 		uint32_t l = c->probe[i * c->probes + t];
 		struct qterm qt = c->resid ? list_qterm(c, i, l) :
 		    (struct qterm){ 0.0f, 0.0f, 0.0f };
@@ -3077,6 +3088,8 @@ struct scratch {
 	float *qq;		/* auto re-rank: see struct ctx */
 	float *qerr;
 	uint32_t *probe;	/* chunk * probes */
+	uint32_t *nprobe;	/* chunk, or NULL (struct ctx) */
+	uint64_t lists;		/* lists the queries scanned */
 	struct seg *segs;	/* probes */
 	size_t ntab;		/* heaps of a worker's cand[] in use */
 };
@@ -3123,6 +3136,7 @@ scratch_free(struct scratch *s)
 	free(s->qq);
 	free(s->qerr);
 	free(s->probe);
+	free(s->nprobe);
 	free(s->segs);
 }
 
@@ -3319,10 +3333,25 @@ prepare(const struct tq_quantizer *q, const float *qv, size_t m,
 	c->qv = qv;
 	c->qq = s->qq;
 	c->qerr = s->qerr;
-	if (c->probes > 0)
-		return tq_ivf_nearest(&q->ivf, dim, qv, m, 0,
-		    q->metric == TQ_METRIC_IP, c->probes, s->probe, NULL,
-		    s->nw);
+	if (c->probes == 0)
+		return TQ_OK;
+	TQ_TRY(tq_ivf_nearest(&q->ivf, dim, qv, m, 0,
+	    q->metric == TQ_METRIC_IP, c->probes, s->probe, NULL, s->nw));
+	if (c->nprobe == NULL) {
+		s->lists += (uint64_t)m * c->probes;
+		return TQ_OK;
+	}
+	/* The lists asked for, then more, nearest first, to hold want rows. */
+	for (size_t i = 0; i < m; i++) {
+		const uint32_t *pl = s->probe + i * c->probes;
+		uint64_t rows = 0;
+		uint32_t t = 0;
+
+		for (; t < c->probes && (t < c->pmin || rows < c->want); t++)
+			rows += c->live[pl[t]];
+		c->nprobe[i] = t;
+		s->lists += t;
+	}
 	return TQ_OK;
 }
 
@@ -3348,13 +3377,13 @@ stats_add_work(struct tq_search_stats *to, const struct tq_search_stats *a)
  */
 static void
 stats_collect(const struct scratch *s, struct tq_search_stats *out,
-    size_t nq, uint32_t probes, double t_prepare)
+    size_t nq, double t_prepare)
 {
 	if (out == NULL)
 		return;
 	memset(out, 0, sizeof(*out));
 	out->queries = nq;
-	out->lists_probed = (uint64_t)nq * probes;
+	out->lists_probed = s->lists;
 	out->t_prepare = t_prepare;
 	for (unsigned t = 0; t < s->nw; t++) {
 		stats_add_work(out, &s->w[t].st);
@@ -3463,7 +3492,7 @@ enum tq_status
 tq_search(const struct tq_index *ix, const float *queries, size_t nq,
     const struct tq_search_params *p, uint64_t *ids, float *scores)
 {
-	return tq_search_refine(ix, queries, nq, p, REFINE, ids, scores);
+	return tq_search_refine(ix, queries, nq, p, REFINE, 1, ids, scores);
 }
 
 /*
@@ -3489,9 +3518,9 @@ cap_cands(double want, uint64_t n)
  */
 static enum tq_status
 search_pass(const struct tq_index *ix, const float *queries, size_t nq,
-    const struct tq_search_params *p, unsigned refine, unsigned cap,
-    const struct known *const *known, struct known **known_out,
-    uint64_t *ids, float *scores)
+    const struct tq_search_params *p, unsigned refine, int fill,
+    unsigned cap, const struct known *const *known,
+    struct known **known_out, uint64_t *ids, float *scores)
 {
 	const struct tq_quantizer *q;
 	struct scratch s;
@@ -3499,7 +3528,8 @@ search_pass(const struct tq_index *ix, const float *queries, size_t nq,
 	uint32_t dim, kc, kf, kr;
 	size_t chunk, c0, i;
 	unsigned nw;
-	uint32_t probes;
+	uint32_t probes, pneed;
+	uint64_t krows = 0;
 	int cosine;
 	double tprep = 0.0, t0;
 	enum tq_status st;
@@ -3561,7 +3591,21 @@ search_pass(const struct tq_index *ix, const float *queries, size_t nq,
 	if (chunk > nq)
 		chunk = nq;
 	probes = resolve_probes(ix, p);
-	chunk = probe_chunk(chunk, probes);
+	/*
+	 * Lists enough for k results: where the lists asked for may hold
+	 * fewer than k live rows (k times the copies of a vector), each
+	 * query ranks as many lists as any would need and scans more of
+	 * them, nearest first, until they do (prepare).  The same lists
+	 * whatever the batch; as before wherever the lists are large.
+	 */
+	pneed = probes;
+	if (fill && probes > 0 && probes < ix->nlist) {
+		krows = (uint64_t)p->k * (ix->dups > 1 ? ix->dups : 1);
+		pneed = tq_index_lists_holding(ix, krows);
+		if (pneed < probes)
+			pneed = probes;
+	}
+	chunk = probe_chunk(chunk, pneed);
 	nw = p->threads ? p->threads : tq_ncpu();
 	if (nw > 1024)
 		nw = 1024;
@@ -3575,8 +3619,11 @@ search_pass(const struct tq_index *ix, const float *queries, size_t nq,
 	 * meet: cand_push keeps a second copy out by the first one held,
 	 * which a lazy top-k may still hold after a heap had dropped it.
 	 */
-	st = scratch_alloc(&s, q, nw, chunk, kc, kf, kr, cosine, probes,
+	st = scratch_alloc(&s, q, nw, chunk, kc, kf, kr, cosine, pneed,
 	    ix->nparts, p->oversample < 0.0f, ix->dups <= 1);
+	if (st == TQ_OK && pneed > probes && (s.nprobe = tq_mallocarray(chunk,
+	    sizeof(*s.nprobe))) == NULL)
+		st = tq_fail(TQ_ERR_NOMEM, "search: %zu queries", chunk);
 	if (st != TQ_OK) {
 		scratch_free(&s);
 		return st;
@@ -3631,8 +3678,12 @@ search_pass(const struct tq_index *ix, const float *queries, size_t nq,
 	c.tile_blocks = TILE_BYTES / ix->block_bytes;
 	if (c.tile_blocks < 1)
 		c.tile_blocks = 1;
-	c.probes = probes;
+	c.probes = pneed;
+	c.pmin = probes;
 	c.probe = s.probe;
+	c.nprobe = s.nprobe;
+	c.want = krows;
+	c.live = ix->listlive;
 	c.timed = p->stats != NULL;
 	for (i = 0; i < nw; i++)
 		s.w[i].c = &c;
@@ -3652,7 +3703,7 @@ search_pass(const struct tq_index *ix, const float *queries, size_t nq,
 		c.known_out = known_out != NULL ? known_out + c0 : NULL;
 		search_chunk(&c, &s, m);
 	}
-	stats_collect(&s, p->stats, nq, probes, tprep);
+	stats_collect(&s, p->stats, nq, tprep);
 	scratch_free(&s);
 	return st;
 }
@@ -3716,7 +3767,7 @@ search_auto(const struct tq_index *ix, const float *queries, size_t nq,
 		cap = tq_calib_auto_cap(ix, p->k, resolve_probes(ix, p));
 	if (wider(ix, p->k, cap) && (kout = calloc(nq, sizeof(*kout))) == NULL)
 		return tq_fail(TQ_ERR_NOMEM, "search: %zu queries", nq);
-	st = search_pass(ix, queries, nq, p, refine, cap, NULL, kout, ids,
+	st = search_pass(ix, queries, nq, p, refine, 1, cap, NULL, kout, ids,
 	    scores);
 	p2.stats = p->stats != NULL ? &st2 : NULL;
 	while (st == TQ_OK && kout != NULL) {
@@ -3760,7 +3811,7 @@ search_auto(const struct tq_index *ix, const float *queries, size_t nq,
 			st = tq_fail(TQ_ERR_NOMEM, "search: %zu queries", m);
 			break;
 		}
-		st = search_pass(ix, qs, m, &p2, refine, cap,
+		st = search_pass(ix, qs, m, &p2, refine, 1, cap,
 		    (const struct known *const *)kin, kout, id2, sc2);
 		known_free(kin, m);
 		kin = NULL;
@@ -3786,8 +3837,8 @@ search_auto(const struct tq_index *ix, const float *queries, size_t nq,
 
 enum tq_status
 tq_search_refine(const struct tq_index *ix, const float *queries, size_t nq,
-    const struct tq_search_params *p, unsigned refine, uint64_t *ids,
-    float *scores)
+    const struct tq_search_params *p, unsigned refine, int fill,
+    uint64_t *ids, float *scores)
 {
 	struct tq_search_params def;
 
@@ -3801,8 +3852,8 @@ tq_search_refine(const struct tq_index *ix, const float *queries, size_t nq,
 	if (p->oversample < 0.0f && nq > 0 && p->k >= 1 &&
 	    ix->originals != TQ_ORIG_NONE)
 		return search_auto(ix, queries, nq, p, refine, ids, scores);
-	return search_pass(ix, queries, nq, p, refine, TQ_AUTO_CAP, NULL,
-	    NULL, ids, scores);
+	return search_pass(ix, queries, nq, p, refine, fill, TQ_AUTO_CAP,
+	    NULL, NULL, ids, scores);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -3996,7 +4047,7 @@ tq_search_range(const struct tq_index *ix, const float *queries, size_t nq,
 		if (st != TQ_OK)
 			break;
 	}
-	stats_collect(&s, p->stats, nq, c.probes, tprep);
+	stats_collect(&s, p->stats, nq, tprep);
 fail:
 	free(rres);
 	scratch_free(&s);

@@ -764,7 +764,14 @@ struct tq_search_params {
 				   the rows it allows (built for this index) */
 	uint32_t probes;	/* IVF index: lists scanned per query, the
 				   nearest to it; 0 = TQ_PROBES_AUTO; more
-				   than the lists = all.  Flat: ignored */
+				   than the lists = all.  Where those hold
+				   fewer than k live rows (k times the
+				   copies of a vector), the next nearest
+				   too until they do, so that k results
+				   come back whenever the index holds k
+				   (an allow filter can still leave
+				   fewer).  Range search: the probes
+				   alone.  Flat: ignored */
 	struct tq_search_stats *stats;	/* NULL, or filled by the search
 				   (below); the caller owns it */
 	float auto_z;		/* error-bounded re-rank: the confidence z
@@ -782,7 +789,8 @@ struct tq_search_params {
  *
  *   queries          queries searched
  *   lists_probed     IVF: lists scanned, summed over the queries (each
- *                    query scans min(probes, lists)); flat: 0
+ *                    query scans min(probes, lists), or more to hold k
+ *                    rows: tq_search_params.probes); flat: 0
  *   rows_scanned     rows whose estimate the scan computed and offered as
  *                    candidates: live, allowed and in a probed list (a
  *                    flat search without filter: live rows per query); a

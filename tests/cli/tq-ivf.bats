@@ -406,3 +406,41 @@ PYEOF
 	echo "rows scanned $rows" >&2
 	[ "$rows" -gt 0 ] && [ "$rows" -lt 60000 ]
 }
+
+@test "tq-search: lists too small for k are followed by the next nearest, k results" {
+	# 1500 rows in 100 lists (about 15 a list): one probe cannot hold k.
+	"$TQ_BIN/tq-build" --lists 100 -o small.tqi "$F/a.bin"
+	for args in "--probes 1" "" "--probes 3 --oversample 2" "--probes 1 --oversample auto"; do
+		run --separate-stderr "$TQ_BIN/tq-search" -k 50 --stats $args \
+		    -i "$F/q.bin" small.tqi
+		assert_status 0
+		assert_equal "$(cut -f1 <<<"$output" | uniq -c | awk '{ print $1 }' | sort -u)" 50
+		probed=$(grep -o '"lists_probed":[0-9]*' <<<"$stderr" | cut -d: -f2)
+		[ "$probed" -gt 6 ] || { show; false; }
+		# The same a query at a time and on two threads.
+		ref=$output
+		run --separate-stderr "$TQ_BIN/tq-search" -k 50 --batch 1 \
+		    --threads 2 $args -i "$F/q.bin" small.tqi
+		assert_status 0
+		assert_equal "$output" "$ref"
+	done
+	# What the probes alone hold is scanned as before: k 5 needs no more.
+	"$TQ_BIN/tq-search" -k 5 --probes 2 -i "$F/q.bin" small.tqi >a.tsv
+	run --separate-stderr "$TQ_BIN/tq-search" -k 5 --probes 2 --stats \
+	    -i "$F/q.bin" small.tqi
+	assert_equal "$(grep -o '"lists_probed":[0-9]*' <<<"$stderr" | cut -d: -f2)" 12
+	# Lists emptied by deletes: still k results while k rows live.
+	seq 0 1479 >most.ids
+	"$TQ_BIN/tq-build" --delete most.ids -o few.tqi small.tqi
+	run --separate-stderr "$TQ_BIN/tq-search" -k 20 --probes 1 \
+	    -i "$F/q.bin" few.tqi
+	assert_status 0
+	assert_equal "$(wc -l <<<"$output")" $((6 * 20))
+	assert_equal "$(cut -f3 <<<"$output" | sort -un | paste -sd,)" "$(seq -s, 1480 1499)"
+	# Identical rows: k-means leaves lists empty; the query still gets k.
+	tq rows "$F/a.bin" same.bin "$(printf '7,%.0s' $(seq 1 299))7"
+	"$TQ_BIN/tq-build" --lists 4 -o same.tqi same.bin
+	run --separate-stderr "$TQ_BIN/tq-search" -k 3 -i "$F/q.bin" same.tqi
+	assert_status 0
+	assert_equal "$(wc -l <<<"$output")" 18
+}
