@@ -2266,6 +2266,16 @@ tomb_dead(const struct tq_part *p, uint64_t r0, uint64_t r1)
 	return dead;
 }
 
+/* counts (nl) into sum: sorted ascending and summed. */
+static void
+sorted_sums(const uint64_t *counts, uint32_t nl, uint64_t *sum)
+{
+	memcpy(sum, counts, nl * sizeof(*sum));
+	qsort(sum, nl, sizeof(*sum), cmp_u64);
+	for (uint32_t l = 1; l < nl; l++)
+		sum[l] += sum[l - 1];
+}
+
 static pthread_mutex_t list_lock = PTHREAD_MUTEX_INITIALIZER;
 
 const uint64_t *
@@ -2295,10 +2305,7 @@ tq_index_list_rows(const struct tq_index *cix)
 					    r1);
 				}
 			}
-			memcpy(sum, live, nl * sizeof(*sum));
-			qsort(sum, nl, sizeof(*sum), cmp_u64);
-			for (uint32_t l = 1; l < nl; l++)
-				sum[l] += sum[l - 1];
+			sorted_sums(live, nl, sum);
 			ix->listlive = live;
 			ix->listsum = sum;
 		} else {
@@ -2312,25 +2319,29 @@ tq_index_list_rows(const struct tq_index *cix)
 }
 
 uint32_t
-tq_index_lists_holding(const struct tq_index *ix, uint64_t rows)
+tq_lists_holding(const uint64_t *sum, uint32_t nl, uint64_t rows)
 {
-	uint32_t lo = 0, hi;
+	uint32_t lo = 0, hi = nl - 1;
 
-	if (tq_index_list_rows(ix) == NULL)
-		return 0;
-	/* The first j with listsum[j] >= rows, then j + 1 lists. */
-	hi = ix->nlist - 1;
-	if (ix->listsum[hi] < rows)
-		return ix->nlist;
+	if (nl == 0 || sum[hi] < rows)
+		return nl;
 	while (lo < hi) {
 		uint32_t mid = lo + (hi - lo) / 2;
 
-		if (ix->listsum[mid] >= rows)
+		if (sum[mid] >= rows)
 			hi = mid;
 		else
 			lo = mid + 1;
 	}
 	return lo + 1;
+}
+
+uint32_t
+tq_index_lists_holding(const struct tq_index *ix, uint64_t rows)
+{
+	if (tq_index_list_rows(ix) == NULL)
+		return 0;
+	return tq_lists_holding(ix->listsum, ix->nlist, rows);
 }
 
 void
@@ -2489,7 +2500,9 @@ tq_filter_create(const struct tq_index *ix, const uint64_t *ids, size_t n,
 	TQ_TRY(idset_make(ids, n, &set, &m));
 	if ((f = calloc(1, sizeof(*f))) == NULL ||
 	    (f->words = tq_callocarray(ix->nblocks, sizeof(uint32_t))) ==
-	    NULL) {
+	    NULL || (ix->nlist > 0 && ((f->lcount = tq_callocarray(ix->nlist,
+	    sizeof(*f->lcount))) == NULL || (f->lsum = tq_mallocarray(
+	    ix->nlist, sizeof(*f->lsum))) == NULL))) {
 		rc = tq_fail(TQ_ERR_NOMEM, "out of memory");
 		free(set);
 		tq_filter_free(f);
@@ -2498,6 +2511,7 @@ tq_filter_create(const struct tq_index *ix, const uint64_t *ids, size_t n,
 	f->ix = ix;
 	for (uint32_t s = 0; s < ix->nparts; s++) {
 		const struct tq_part *p = &ix->parts[s];
+		uint32_t l = 0;
 
 		for (uint64_t r = 0; r < p->n; r++) {
 			uint64_t g = p->row0 + r;
@@ -2506,9 +2520,17 @@ tq_filter_create(const struct tq_index *ix, const uint64_t *ids, size_t n,
 			    idset_has(set, m, tq_part_id(p, r))) {
 				f->words[g / TQ_BLOCK] |= 1u << (g % TQ_BLOCK);
 				f->count++;
+				/* IVF: the list of r, the lists in row order. */
+				if (f->lcount != NULL) {
+					while (tq_list_off(p, l + 1) <= r)
+						l++;
+					f->lcount[l]++;
+				}
 			}
 		}
 	}
+	if (f->lsum != NULL)
+		sorted_sums(f->lcount, ix->nlist, f->lsum);
 	free(set);
 	*out = f;
 	return TQ_OK;
@@ -2526,6 +2548,8 @@ tq_filter_free(struct tq_filter *f)
 	if (f == NULL)
 		return;
 	free(f->words);
+	free(f->lcount);
+	free(f->lsum);
 	free(f);
 }
 

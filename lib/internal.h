@@ -876,6 +876,11 @@ const uint64_t *tq_index_list_rows(const struct tq_index *ix);
  * 0 without the counts (tq_index_list_rows NULL).
  */
 uint32_t tq_index_lists_holding(const struct tq_index *ix, uint64_t rows);
+/*
+ * The same from nl counts sorted ascending and summed (sum[j]: the j + 1
+ * smallest): the fewest j + 1 with sum[j] >= rows, or nl.
+ */
+uint32_t tq_lists_holding(const uint64_t *sum, uint32_t nl, uint64_t rows);
 
 /* The segment that holds row r of the row space (r < 32 nblocks). */
 static inline const struct tq_part *
@@ -934,6 +939,12 @@ struct tq_filter {
 	const struct tq_index *ix;
 	uint32_t *words;		/* nblocks */
 	uint64_t count;
+	/*
+	 * IVF: the rows it allows in each list (lcount), and the same
+	 * sorted ascending and summed (lsum), as struct tq_index's listlive
+	 * and listsum for the live rows.
+	 */
+	uint64_t *lcount, *lsum;
 };
 
 /* Bit j of the result: row 32 b + j of segment p (local b) is deleted. */

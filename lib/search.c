@@ -3530,6 +3530,7 @@ search_pass(const struct tq_index *ix, const float *queries, size_t nq,
 	unsigned nw;
 	uint32_t probes, pneed;
 	uint64_t krows = 0;
+	const uint64_t *live;
 	int cosine;
 	double tprep = 0.0, t0;
 	enum tq_status st;
@@ -3599,9 +3600,18 @@ search_pass(const struct tq_index *ix, const float *queries, size_t nq,
 	 * whatever the batch; as before wherever the lists are large.
 	 */
 	pneed = probes;
+	live = NULL;
 	if (fill && probes > 0 && probes < ix->nlist) {
 		krows = (uint64_t)p->k * (ix->dups > 1 ? ix->dups : 1);
-		pneed = tq_index_lists_holding(ix, krows);
+		/* The rows the filter allows, or the live ones. */
+		if (p->allow != NULL) {
+			live = p->allow->lcount;
+			pneed = tq_lists_holding(p->allow->lsum, ix->nlist,
+			    krows);
+		} else {
+			pneed = tq_index_lists_holding(ix, krows);
+			live = ix->listlive;
+		}
 		if (pneed < probes)
 			pneed = probes;
 	}
@@ -3683,7 +3693,7 @@ search_pass(const struct tq_index *ix, const float *queries, size_t nq,
 	c.probe = s.probe;
 	c.nprobe = s.nprobe;
 	c.want = krows;
-	c.live = ix->listlive;
+	c.live = live;
 	c.timed = p->stats != NULL;
 	for (i = 0; i < nw; i++)
 		s.w[i].c = &c;

@@ -766,12 +766,12 @@ struct tq_search_params {
 				   nearest to it; 0 = TQ_PROBES_AUTO; more
 				   than the lists = all.  Where those hold
 				   fewer than k live rows (k times the
-				   copies of a vector), the next nearest
-				   too until they do, so that k results
-				   come back whenever the index holds k
-				   (an allow filter can still leave
-				   fewer).  Range search: the probes
-				   alone.  Flat: ignored */
+				   copies of a vector; with allow, rows it
+				   allows), the next nearest too until
+				   they do, so that k results come back
+				   whenever the index holds k such rows.
+				   Range search: the probes alone.  Flat:
+				   ignored */
 	struct tq_search_stats *stats;	/* NULL, or filled by the search
 				   (below); the caller owns it */
 	float auto_z;		/* error-bounded re-rank: the confidence z

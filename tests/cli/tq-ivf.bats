@@ -437,6 +437,22 @@ PYEOF
 	assert_status 0
 	assert_equal "$(wc -l <<<"$output")" $((6 * 20))
 	assert_equal "$(cut -f3 <<<"$output" | sort -un | paste -sd,)" "$(seq -s, 1480 1499)"
+	# An allow-list of 30 rows, spread over the lists: k 20 gets 20 of
+	# them, k 50 all 30 (every list scanned), the same as the flat index.
+	seq 0 50 1499 >allow.ids
+	"$TQ_BIN/tq-build" -o flat.tqi "$F/a.bin"
+	for k in 20 50; do
+		run --separate-stderr "$TQ_BIN/tq-search" -k $k --probes 1 \
+		    --oversample 4 --allow allow.ids -i "$F/q.bin" small.tqi
+		assert_status 0
+		ivf=$(cut -f1,3 <<<"$output")
+		assert_equal "$(wc -l <<<"$ivf")" $((6 * (k < 30 ? k : 30)))
+		if [ $k = 50 ]; then
+			run --separate-stderr "$TQ_BIN/tq-search" -k $k \
+			    --oversample 4 --allow allow.ids -i "$F/q.bin" flat.tqi
+			assert_equal "$(cut -f1,3 <<<"$output" | sort)" "$(sort <<<"$ivf")"
+		fi
+	done
 	# Identical rows: k-means leaves lists empty; the query still gets k.
 	tq rows "$F/a.bin" same.bin "$(printf '7,%.0s' $(seq 1 299))7"
 	"$TQ_BIN/tq-build" --lists 4 -o same.tqi same.bin
