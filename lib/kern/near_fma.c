@@ -117,11 +117,11 @@ tq_bf16_gemv_avx2(const uint32_t *x, const void *cent, uint32_t nl,
 /*
  * One row against nl rows of dim bf16 one after another (IVFC's offsets
  * where the file maps them), as near_bf16.c's tq_bf16_gemv_rows_avx512:
- * eight lists at a time, one accumulator each, eight values (16 bytes,
- * widened to floats) a step; the eight are folded into one vector by
- * horizontal adds, and the row's last dim % 8 values are added one by
- * one.  In the last group, the lists past nl read the last row again and
- * are not stored.
+ * eight lists at a time from two bases a stride apart, one accumulator
+ * each, sixteen values (32 bytes) a step, widened as the blocked gemv
+ * widens a pair; the eight are folded into one vector by horizontal adds,
+ * and the row's last dim % 16 values are added one by one.  The last
+ * nl % 8 lists go one at a time.
  */
 static inline __m256
 widen_f32x8(const uint16_t *p)
@@ -141,51 +141,79 @@ bf16_f32(uint16_t h)
 }
 
 #define RACC(i) __m256 a##i = _mm256_setzero_ps()
-#define RSTEP(i) a##i = _mm256_fmadd_ps(xv, widen_f32x8(p + o##i + j), a##i)
+/*
+ * List 4 g + r of the group, r strides past base g: sixteen values, the
+ * pairs' first ones (a word shifted left by 16) and second ones (its low
+ * half cleared), as near_fma.c's blocked gemv widens them.
+ */
+#define RSTEP(i, g, r) do {						\
+	__m256i w = _mm256_loadu_si256((const void *)(b##g + (r) * st)); \
+	a##i = _mm256_fmadd_ps(xe, _mm256_castsi256_ps(			\
+	    _mm256_slli_epi32(w, 16)), a##i);				\
+	a##i = _mm256_fmadd_ps(xo, _mm256_castsi256_ps(			\
+	    _mm256_and_si256(w, hi)), a##i);				\
+} while (0)
 
 void
 tq_bf16_gemv_rows_avx2(const uint32_t *x, const uint16_t *c, uint32_t nl,
     uint32_t dim, float *s)
 {
+	const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
 	const uint16_t *xh = (const uint16_t *)x;
-	uint32_t d8 = dim / 8 * 8;
+	const size_t st = dim;
+	uint32_t d16 = dim / 16 * 16, l0 = 0;
 
-	for (uint32_t l0 = 0; l0 < nl; l0 += 8) {
-		const uint16_t *p = c + (size_t)l0 * dim;
-		uint32_t last = nl - 1 - l0;
-		size_t o0 = 0, o1 = (last < 1 ? last : 1) * (size_t)dim;
-		size_t o2 = (last < 2 ? last : 2) * (size_t)dim;
-		size_t o3 = (last < 3 ? last : 3) * (size_t)dim;
-		size_t o4 = (last < 4 ? last : 4) * (size_t)dim;
-		size_t o5 = (last < 5 ? last : 5) * (size_t)dim;
-		size_t o6 = (last < 6 ? last : 6) * (size_t)dim;
-		size_t o7 = (last < 7 ? last : 7) * (size_t)dim;
+	for (; l0 + 8 <= nl; l0 += 8) {
+		const uint16_t *b0 = c + (size_t)l0 * dim, *b1 = b0 + 4 * st;
 		RACC(0); RACC(1); RACC(2); RACC(3);
 		RACC(4); RACC(5); RACC(6); RACC(7);
-		__m256 u0, u1, r;
+		__m256 u0, u1;
 		float out[8];
 
-		for (uint32_t j = 0; j < d8; j += 8) {
-			__m256 xv = widen_f32x8(xh + j);
+		for (uint32_t j = 0; j < d16; j += 16) {
+			__m256i xw = _mm256_loadu_si256((const void *)(xh + j));
+			__m256 xe = _mm256_castsi256_ps(_mm256_slli_epi32(xw,
+			    16));
+			__m256 xo = _mm256_castsi256_ps(_mm256_and_si256(xw,
+			    hi));
 
-			RSTEP(0); RSTEP(1); RSTEP(2); RSTEP(3);
-			RSTEP(4); RSTEP(5); RSTEP(6); RSTEP(7);
+			RSTEP(0, 0, 0); RSTEP(1, 0, 1); RSTEP(2, 0, 2);
+			RSTEP(3, 0, 3); RSTEP(4, 1, 0); RSTEP(5, 1, 1);
+			RSTEP(6, 1, 2); RSTEP(7, 1, 3);
+			b0 += 16;
+			b1 += 16;
 		}
 		/* Lanes: lists 0-3 then 0-3 again (halves), 4-7 likewise. */
 		u0 = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1),
 		    _mm256_hadd_ps(a2, a3));
 		u1 = _mm256_hadd_ps(_mm256_hadd_ps(a4, a5),
 		    _mm256_hadd_ps(a6, a7));
-		r = _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20),
-		    _mm256_permute2f128_ps(u0, u1, 0x31));
-		_mm256_storeu_ps(out, r);
-		for (uint32_t i = 0; i < 8 && i <= last; i++) {
-			const uint16_t *q = p + (size_t)i * dim;
+		_mm256_storeu_ps(out, _mm256_add_ps(
+		    _mm256_permute2f128_ps(u0, u1, 0x20),
+		    _mm256_permute2f128_ps(u0, u1, 0x31)));
+		for (uint32_t i = 0; i < 8; i++) {
+			const uint16_t *q = c + (size_t)(l0 + i) * dim;
 			float t = out[i];
 
-			for (uint32_t j = d8; j < dim; j++)
+			for (uint32_t j = d16; j < dim; j++)
 				t = fmaf(bf16_f32(xh[j]), bf16_f32(q[j]), t);
 			s[l0 + i] = t;
 		}
+	}
+	/* The last nl % 8 lists one at a time. */
+	for (; l0 < nl; l0++) {
+		const uint16_t *q = c + (size_t)l0 * dim;
+		__m256 a = _mm256_setzero_ps();
+		float out[8], t = 0.0f;
+
+		for (uint32_t j = 0; j < d16; j += 8)
+			a = _mm256_fmadd_ps(widen_f32x8(xh + j),
+			    widen_f32x8(q + j), a);
+		_mm256_storeu_ps(out, a);
+		for (int i = 0; i < 8; i++)
+			t += out[i];
+		for (uint32_t j = d16; j < dim; j++)
+			t = fmaf(bf16_f32(xh[j]), bf16_f32(q[j]), t);
+		s[l0] = t;
 	}
 }
