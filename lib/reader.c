@@ -441,6 +441,11 @@ tq_reader_convert(const struct tq_reader *r, const uint8_t *p, size_t n, uint64_
 			memcpy(f + i, &u, 4);
 		}
 		return tq_vec_check_finite(f, n / r->dim, r->dim, row0);
+	case TQ_ET_F16LE:
+		/* Every f16 is exact in f32; infinities and NaN stay so. */
+		for (i = 0; i < n; i++)
+			f[i] = tq_f16_to_f32(rd_le16(p + 2 * i));
+		return tq_vec_check_finite(f, n / r->dim, r->dim, row0);
 	case TQ_ET_F64LE:
 	case TQ_ET_F64BE:
 		for (i = 0; i < n; i++) {

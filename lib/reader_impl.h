@@ -108,7 +108,7 @@ int tq_has_ext(const char *name, const char *ext);
 
 /* Element types of the byte formats. */
 enum tq_etype { TQ_ET_F32LE, TQ_ET_F64LE, TQ_ET_I32LE, TQ_ET_U8, TQ_ET_I8,
-	TQ_ET_I16BE, TQ_ET_I32BE, TQ_ET_F32BE, TQ_ET_F64BE };
+	TQ_ET_I16BE, TQ_ET_I32BE, TQ_ET_F32BE, TQ_ET_F64BE, TQ_ET_F16LE };
 
 /* How tq_read_byte_rows words a truncated input. */
 enum tq_trunc {

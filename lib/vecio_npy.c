@@ -1,7 +1,7 @@
 /*
  * vecio_npy.c - NumPy .npy files, versions 1 to 3: a magic string, a
  * Python literal dict for a header, then the array.  2-D (or 1-D, one row)
- * arrays of <f4, <f8, <i4 or |u1 in C order.
+ * arrays of <f4, <f2, <f8, <i4 or |u1 in C order.
  *
  * The magic decides; a file named .npy without it is refused as such
  * rather than read as some other format.
@@ -177,6 +177,8 @@ npy_header(struct tq_reader *r, const char *hdr, size_t len, uint64_t *n,
 
 	if (strcmp(descr, "<f4") == 0)
 		tq_reader_layout(r, TQ_ET_F32LE, 4, 0, 0, 0);
+	else if (strcmp(descr, "<f2") == 0)
+		tq_reader_layout(r, TQ_ET_F16LE, 2, 0, 0, 0);
 	else if (strcmp(descr, "<f8") == 0)
 		tq_reader_layout(r, TQ_ET_F64LE, 8, 0, 0, 0);
 	else if (strcmp(descr, "<i4") == 0)
@@ -185,7 +187,7 @@ npy_header(struct tq_reader *r, const char *hdr, size_t len, uint64_t *n,
 		tq_reader_layout(r, TQ_ET_U8, 1, 0, 0, 1);
 	else
 		return tq_fail(TQ_ERR_UNSUPPORTED, "npy dtype '%s' is not "
-		    "supported (expected <f4, <f8, <i4 or |u1)", descr);
+		    "supported (expected <f4, <f2, <f8, <i4 or |u1)", descr);
 	if (fortran)
 		return tq_fail(TQ_ERR_UNSUPPORTED,
 		    "npy arrays in Fortran order are not supported");

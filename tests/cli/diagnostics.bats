@@ -239,8 +239,8 @@ reader_cases() {
 	    'nan.bin: row 17, column 0: value is NaN or infinite' \
 	    "$prog" "${ARGS[@]}"
 	with_file be.npy "$@"
-	expect 1 "FILE: npy dtype 'NAME' is not supported (expected <f4, <f8, <i4 or |u1)" \
-	    "be.npy: npy dtype '>f4' is not supported (expected <f4, <f8, <i4 or |u1)" \
+	expect 1 "FILE: npy dtype 'NAME' is not supported (expected <f4, <f2, <f8, <i4 or |u1)" \
+	    "be.npy: npy dtype '>f4' is not supported (expected <f4, <f2, <f8, <i4 or |u1)" \
 	    "$prog" "${ARGS[@]}"
 	with_file cut.zst "$@"
 	expect 1 'FILE: truncated zstd stream' 'cut.zst: truncated zstd stream' \

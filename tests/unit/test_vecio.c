@@ -491,6 +491,34 @@ test_npy(void)
 	read_compare(unit_path("f8.npy"), NULL, x, 3, 4, 3);
 	b_free(&b);
 
+	/*
+	 * float16: normal, subnormal (2^-24, 2^-14 - 2^-24), the largest,
+	 * signed zeros, exact in f32; an infinity fails naming its row and
+	 * column.
+	 */
+	{
+		static const uint16_t h[8] = { 0x3c00, 0xc000, 0x0001, 0x03ff,
+		    0x7bff, 0x8000, 0x3555, 0x0000 };
+		const float hf[8] = { 1.0f, -2.0f, 0x1p-24f, 0x1.ff8p-15f,
+		    65504.0f, -0.0f, 0x1.554p-2f, 0.0f };
+		uint8_t hb[16];
+
+		for (i = 0; i < 8; i++) {
+			hb[2 * i] = (uint8_t)h[i];
+			hb[2 * i + 1] = (uint8_t)(h[i] >> 8);
+		}
+		b = npy_bytes(1, "{'descr': '<f2', 'fortran_order': False, "
+		    "'shape': (2, 4), }", hb, sizeof(hb));
+		put_bytes(unit_path("f2.npy"), &b);
+		read_compare(unit_path("f2.npy"), NULL, hf, 2, 4, 1);
+		b_free(&b);
+		hb[2 * 6] = 0x00;
+		hb[2 * 6 + 1] = 0x7c;	/* row 1, column 2: +inf */
+		npy_case("f2inf.npy", 1, "{'descr': '<f2', 'fortran_order': "
+		    "False, 'shape': (2, 4), }", hb, sizeof(hb),
+		    TQ_ERR_NONFINITE, "row 1, column 2");
+	}
+
 	b = npy_bytes(3, "{\"descr\": \"<i4\", \"fortran_order\": False, "
 	    "\"shape\": (2, 6)}", xi, sizeof(xi));
 	put_bytes(unit_path("i4.npy"), &b);
