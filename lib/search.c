@@ -753,8 +753,9 @@ struct ctx {
 	 * IVF: probes lists a query, probe[i * probes ..] for query i, the
 	 * nearest first; query i scans the first nprobe[i] of them, or all
 	 * probes if nprobe is NULL.  probes may exceed the lists asked for
-	 * (pmin), so that every query's lists can hold `want` live rows, k
-	 * results (search_pass; live: the rows of each list).
+	 * (pmin), so that every query's lists can hold `want` rows, k
+	 * results (search_pass; live: the rows of each list that count,
+	 * those not deleted or, with an allow filter, those it allows).
 	 */
 	uint32_t probes, pmin;
 	const uint32_t *probe;
