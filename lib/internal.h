@@ -99,6 +99,16 @@ static inline void wr_lef32(uint8_t *p, float f)
 /* IEEE half precision, round to nearest even. */
 uint16_t tq_f32_to_f16(float f);
 
+/* A bf16 (the high half of an f32) as the f32 it stands for: exact. */
+static inline float tq_bf16_to_f32(uint16_t h)
+{
+	uint32_t w = (uint32_t)h << 16;
+	float f;
+
+	memcpy(&f, &w, sizeof(f));
+	return f;
+}
+
 /*
  * Half to single, exact for every half (NaN payloads kept): the exponent
  * is rebiased; inf and NaN get the top exponent; a subnormal is rebuilt by

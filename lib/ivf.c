@@ -75,16 +75,6 @@ bf16_release(struct tq_ivf *v)
 	v->bfmade = 0;
 }
 
-static inline float
-bf16_float(uint16_t h)
-{
-	uint32_t w = (uint32_t)h << 16;
-	float f;
-
-	memcpy(&f, &w, sizeof(f));
-	return f;
-}
-
 /*
  * The centroids in the bf16 filter's blocks (see near_bf16.c), and per
  * list the norms its bound needs (bf16_bound), with their largest values
@@ -204,7 +194,7 @@ tq_ivf_prepare(struct tq_ivf *v, uint32_t dim)
 			double se = 0.0;
 
 			for (uint32_t d = 0; d < dim; d++) {
-				double f = (double)bf16_float(e[d]);
+				double f = (double)tq_bf16_to_f32(e[d]);
 
 				se += f * f;
 			}
@@ -249,13 +239,9 @@ widen(const uint16_t *restrict b, const float *restrict base, size_t n,
     uint32_t dim, float *restrict out)
 {
 	for (size_t r = 0; r < n; r++)
-		for (uint32_t j = 0; j < dim; j++) {
-			uint32_t w = (uint32_t)b[r * dim + j] << 16;
-			float f;
-
-			memcpy(&f, &w, sizeof(f));
-			out[r * dim + j] = base[j] + f;
-		}
+		for (uint32_t j = 0; j < dim; j++)
+			out[r * dim + j] = base[j] + tq_bf16_to_f32(b[r * dim +
+			    j]);
 }
 
 const float *
@@ -290,13 +276,9 @@ tq_ivf_round(float *c, size_t n, uint32_t dim, float *base, uint16_t *cb)
 	}
 	for (size_t o = 0; o < n; o++)
 		for (uint32_t j = 0; j < dim; j++) {
-			uint32_t w;
-			float f;
-
 			cb[o * dim + j] = bf16_even(c[o * dim + j] - base[j]);
-			w = (uint32_t)cb[o * dim + j] << 16;
-			memcpy(&f, &w, sizeof(f));
-			c[o * dim + j] = base[j] + f;
+			c[o * dim + j] = base[j] + tq_bf16_to_f32(cb[o * dim +
+			    j]);
 		}
 }
 

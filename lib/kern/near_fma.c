@@ -123,23 +123,6 @@ tq_bf16_gemv_avx2(const uint32_t *x, const void *cent, uint32_t nl,
  * and the row's last dim % 16 values are added one by one.  The last
  * nl % 8 lists go one at a time.
  */
-static inline __m256
-widen_f32x8(const uint16_t *p)
-{
-	return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(
-	    _mm_loadu_si128((const void *)p)), 16));
-}
-
-static inline float
-bf16_f32(uint16_t h)
-{
-	uint32_t u = (uint32_t)h << 16;
-	float f;
-
-	memcpy(&f, &u, 4);
-	return f;
-}
-
 #define RACC(i) __m256 a##i = _mm256_setzero_ps()
 /*
  * List 4 g + r of the group, r strides past base g: sixteen values, the
@@ -196,24 +179,32 @@ tq_bf16_gemv_rows_avx2(const uint32_t *x, const uint16_t *c, uint32_t nl,
 			float t = out[i];
 
 			for (uint32_t j = d16; j < dim; j++)
-				t = fmaf(bf16_f32(xh[j]), bf16_f32(q[j]), t);
+				t = fmaf(tq_bf16_to_f32(xh[j]), tq_bf16_to_f32(q[j]), t);
 			s[l0 + i] = t;
 		}
 	}
-	/* The last nl % 8 lists one at a time. */
+	/* The last nl % 8 lists one at a time, widened the same way. */
 	for (; l0 < nl; l0++) {
-		const uint16_t *q = c + (size_t)l0 * dim;
-		__m256 a = _mm256_setzero_ps();
+		const uint16_t *b0 = c + (size_t)l0 * dim;
+		RACC(0);
 		float out[8], t = 0.0f;
 
-		for (uint32_t j = 0; j < d16; j += 8)
-			a = _mm256_fmadd_ps(widen_f32x8(xh + j),
-			    widen_f32x8(q + j), a);
-		_mm256_storeu_ps(out, a);
+		for (uint32_t j = 0; j < d16; j += 16) {
+			__m256i xw = _mm256_loadu_si256((const void *)(xh + j));
+			__m256 xe = _mm256_castsi256_ps(_mm256_slli_epi32(xw,
+			    16));
+			__m256 xo = _mm256_castsi256_ps(_mm256_and_si256(xw,
+			    hi));
+
+			RSTEP(0, 0, 0);
+			b0 += 16;
+		}
+		_mm256_storeu_ps(out, a0);
 		for (int i = 0; i < 8; i++)
 			t += out[i];
+		b0 = c + (size_t)l0 * dim;
 		for (uint32_t j = d16; j < dim; j++)
-			t = fmaf(bf16_f32(xh[j]), bf16_f32(q[j]), t);
+			t = fmaf(tq_bf16_to_f32(xh[j]), tq_bf16_to_f32(b0[j]), t);
 		s[l0] = t;
 	}
 }
