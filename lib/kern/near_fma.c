@@ -137,6 +137,12 @@ tq_bf16_gemv_avx2(const uint32_t *x, const void *cent, uint32_t nl,
 	    _mm256_and_si256(w, hi)), a##i);				\
 } while (0)
 
+/* The row's sixteen values from j: the pairs' first ones and second ones. */
+#define X_PAIRS(j)							\
+	__m256i xw = _mm256_loadu_si256((const void *)(xh + (j)));	\
+	__m256 xe = _mm256_castsi256_ps(_mm256_slli_epi32(xw, 16));	\
+	__m256 xo = _mm256_castsi256_ps(_mm256_and_si256(xw, hi))
+
 void
 tq_bf16_gemv_rows_avx2(const uint32_t *x, const uint16_t *c, uint32_t nl,
     uint32_t dim, float *s)
@@ -154,11 +160,7 @@ tq_bf16_gemv_rows_avx2(const uint32_t *x, const uint16_t *c, uint32_t nl,
 		float out[8];
 
 		for (uint32_t j = 0; j < d16; j += 16) {
-			__m256i xw = _mm256_loadu_si256((const void *)(xh + j));
-			__m256 xe = _mm256_castsi256_ps(_mm256_slli_epi32(xw,
-			    16));
-			__m256 xo = _mm256_castsi256_ps(_mm256_and_si256(xw,
-			    hi));
+			X_PAIRS(j);
 
 			RSTEP(0, 0, 0); RSTEP(1, 0, 1); RSTEP(2, 0, 2);
 			RSTEP(3, 0, 3); RSTEP(4, 1, 0); RSTEP(5, 1, 1);
@@ -190,11 +192,7 @@ tq_bf16_gemv_rows_avx2(const uint32_t *x, const uint16_t *c, uint32_t nl,
 		float out[8], t = 0.0f;
 
 		for (uint32_t j = 0; j < d16; j += 16) {
-			__m256i xw = _mm256_loadu_si256((const void *)(xh + j));
-			__m256 xe = _mm256_castsi256_ps(_mm256_slli_epi32(xw,
-			    16));
-			__m256 xo = _mm256_castsi256_ps(_mm256_and_si256(xw,
-			    hi));
+			X_PAIRS(j);
 
 			RSTEP(0, 0, 0);
 			b0 += 16;
